@@ -1,0 +1,117 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// StateReleased marks a stored record whose last claim was released. For
+// the contract it is absent (the next request claims it); it is kept only
+// to tell the key's story, and expires like a done record.
+const StateReleased State = 3
+
+// ClaimArgs are the values a backend stores with a new claim. The store
+// fills them from its clock and options; backends never read a clock.
+type ClaimArgs struct {
+	Fingerprint string
+	// Now is the store's time: a done or released record whose ExpiresAt is
+	// not after Now counts as absent.
+	Now time.Time
+	// LeaseEnds is when the new claim goes stale unless extended.
+	LeaseEnds time.Time
+	// Retention is kept with the claim and applied when it completes.
+	Retention time.Duration
+	// Owner names the claiming process instance.
+	Owner string
+}
+
+// Completion describes how a claim ends as done.
+type Completion struct {
+	Result Result
+	// At is when it completed; ExpiresAt when the record stops replaying.
+	At, ExpiresAt time.Time
+	// Recovered is empty for a completion by the claim's holder, and says
+	// how recovery decided otherwise (for example "committed").
+	Recovered string
+}
+
+// Releasing describes how a claim ends as released.
+type Releasing struct {
+	// At is when it was released; ExpiresAt is when the history kept of the
+	// record may be reclaimed.
+	At, ExpiresAt time.Time
+	// Reason says why, for the record's story.
+	Reason string
+}
+
+// Deferral is recovery's bookkeeping for a claim whose outcome is unknown.
+type Deferral struct {
+	Checks    int
+	NextCheck time.Time
+	Attention bool
+}
+
+// Ref names one record and the token it had.
+type Ref struct {
+	Scope, Key string
+	Token      uint64
+}
+
+// Backend is the storage under a Store: a few atomic primitives on records
+// keyed by (scope, key). The policy (fingerprints, the error policy,
+// recovery, events) lives once in Store, above every backend.
+//
+// Every method is safe for concurrent use, takes ctx first, and reports a
+// storage failure as an error wrapping ErrUnavailable. Records passed in and
+// out are copies. Fenced methods (Complete, Release, Extend, Defer) change
+// the record only if it is in progress with exactly the given token, and
+// otherwise return an error wrapping ErrFenced and change nothing.
+//
+// The idemtest package holds the conformance suite a Backend must pass.
+type Backend interface {
+	// Claim stores a new in-progress record for (scope, key) with a fresh
+	// token, if none is stored or the stored one is released or expired at
+	// args.Now, and returns it with claimed true. Otherwise it returns the
+	// stored record and false. Of any number of concurrent calls for one
+	// key, across every process sharing the storage, at most one claims.
+	Claim(ctx context.Context, scope, key string, args ClaimArgs) (rec *Record, claimed bool, err error)
+
+	// Complete turns the claim into a done record holding c.Result.
+	Complete(ctx context.Context, scope, key string, token uint64, c Completion) error
+
+	// Release ends the claim so that the next request claims the key again.
+	Release(ctx context.Context, scope, key string, token uint64, r Releasing) error
+
+	// Extend moves the claim's lease end to leaseEnds (earlier or later).
+	Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error
+
+	// Defer records an inconclusive recovery check on the claim.
+	Defer(ctx context.Context, scope, key string, token uint64, d Deferral) error
+
+	// Get returns the stored record, or ErrNotFound. It does not judge
+	// expiry: the store does, with its own clock.
+	Get(ctx context.Context, scope, key string) (*Record, error)
+
+	// Stale returns up to limit in-progress records whose lease ended at
+	// now, whose NextCheck is not after now and that do not need attention,
+	// oldest lease first. Its cost is proportional to the number of open
+	// claims, not to the number of records.
+	Stale(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+
+	// Reclaim deletes up to limit done or released records whose ExpiresAt
+	// is not after now, and returns what it deleted. Fewer than limit means
+	// nothing more is due.
+	Reclaim(ctx context.Context, now time.Time, limit int) ([]Ref, error)
+
+	// Close releases the backend's resources. The Store calls it once, after
+	// every other call has returned.
+	Close() error
+}
+
+// Lister is implemented by backends that can list records for inspection
+// (the command line's ls and export). Iteration order is the backend's.
+type Lister interface {
+	// Scan calls fn for every stored record until fn returns false or an
+	// error occurs.
+	Scan(ctx context.Context, fn func(*Record) bool) error
+}

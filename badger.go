@@ -1,0 +1,666 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Durability says when a write counts as done.
+type Durability uint8
+
+const (
+	// Durable, the default, syncs every commit to the disk before it is
+	// acknowledged: a claim is durable before its effect runs and a result
+	// before the caller is answered, even across a power loss.
+	Durable Durability = iota
+	// Fast acknowledges a commit once it is in the operating system's page
+	// cache. It survives a crash of the process but not of the machine: a
+	// power loss can forget claims and results, and so let an effect run
+	// twice. Use it only where that is acceptable.
+	Fast
+)
+
+// String returns "durable" or "fast".
+func (d Durability) String() string {
+	if d == Fast {
+		return "fast"
+	}
+	return "durable"
+}
+
+// BadgerOptions tune the embedded Badger backend. The zero value is sized
+// for a library embedded in a larger program: small memtables and caches,
+// an empty store costs a few MiB of heap rather than Badger's ~90 MiB.
+type BadgerOptions struct {
+	// InMemory keeps everything in memory (for tests); the directory is
+	// ignored and nothing survives Close.
+	InMemory bool
+	// Durability is Durable unless set to Fast.
+	Durability Durability
+	// ReadOnly opens an existing store without writing to it (inspection
+	// while no process holds the directory). Write calls fail.
+	ReadOnly bool
+	// MemTableSize is the size of one memtable; 0 means 4 MiB.
+	MemTableSize int64
+	// BlockCacheSize is the size of the block cache; 0 means 4 MiB.
+	BlockCacheSize int64
+	// ValueThreshold is the size above which a record is kept in the value
+	// log rather than the LSM tree; 0 means 16 KiB.
+	ValueThreshold int64
+	// Logger receives Badger's warnings and errors; nil discards them.
+	Logger *slog.Logger
+	// Tune, if set, may change any Badger option last. Changing
+	// DetectConflicts, or SyncWrites under Durable, breaks the contract.
+	Tune func(*badger.Options)
+}
+
+// Key prefixes in the Badger keyspace. A record's id is its scope's length
+// (one byte; scopes are at most 255 bytes), the scope, then the key, so no
+// two (scope, key) pairs share an id.
+const (
+	prefixRecord = 'r' // r + id -> msgpack Record
+	prefixClaim  = 'c' // c + id -> empty: an open claim, read once on open
+	prefixExpiry = 'x' // x + big-endian unix nanos + id -> empty
+)
+
+// reclaimGrace is added to Badger's own TTL on records. Badger's TTL has a
+// one-second resolution on the wall clock, so it never decides expiry: the
+// store does with its clock. The TTL only lets compaction drop what the
+// reclaim sweep missed, well after the store stopped replaying it.
+const reclaimGrace = time.Hour
+
+// BadgerBackend is the embedded default Backend, storing records in a
+// Badger directory. One process holds a directory at a time, which lets the
+// backend keep the open claims in memory and know, on open, that every
+// claim a previous process left is orphaned.
+type BadgerBackend struct {
+	db  *badger.DB
+	seq *badger.Sequence
+	ro  bool
+
+	// stripes serialise the read-modify-write of one key, so that
+	// concurrent claimers wait rather than abort on Badger conflicts.
+	stripes [256]sync.Mutex
+	seed    maphash.Seed
+
+	// mu guards open and cursor.
+	mu sync.Mutex
+	// open holds every in-progress claim: Stale scans it instead of the
+	// records, so a sweep costs in proportion to open claims. Entries are
+	// written under the key's stripe after the commit that they mirror.
+	open map[string]openClaim
+	// cursor is the expiry time up to which Reclaim has deleted, so the
+	// next scan seeks past the tombstones it left.
+	cursor int64
+
+	gcMu sync.Mutex // serialises value-log garbage collection
+}
+
+type openClaim struct {
+	leaseEnds, nextCheck time.Time
+	attention            bool
+}
+
+var _ Backend = (*BadgerBackend)(nil)
+var _ Lister = (*BadgerBackend)(nil)
+
+// OpenBadger opens or creates a Badger backend in dir. Claims left open by
+// a previous process are orphaned: their lease is ended at once, so that
+// recovery resolves them.
+func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
+	bo := badger.DefaultOptions(dir)
+	if o.InMemory {
+		bo = badger.DefaultOptions("").WithInMemory(true)
+	}
+	memtable := o.MemTableSize
+	if memtable <= 0 {
+		memtable = 4 << 20
+	}
+	cache := o.BlockCacheSize
+	if cache <= 0 {
+		cache = 4 << 20
+	}
+	threshold := o.ValueThreshold
+	if threshold <= 0 {
+		threshold = 16 << 10
+	}
+	bo = bo.
+		WithSyncWrites(o.Durability == Durable && !o.InMemory).
+		WithReadOnly(o.ReadOnly).
+		WithMemTableSize(memtable).
+		WithNumMemtables(3).
+		WithBlockCacheSize(cache).
+		WithIndexCacheSize(2 << 20).
+		WithValueThreshold(threshold).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(12).
+		WithBaseTableSize(2 << 20).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(true).
+		WithLogger(badgerLogger{o.Logger})
+	if o.Tune != nil {
+		o.Tune(&bo)
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open badger at %q: %v", ErrUnavailable, dir, err)
+	}
+	b := &BadgerBackend{db: db, ro: o.ReadOnly, seed: maphash.MakeSeed(), open: map[string]openClaim{}}
+	if !o.ReadOnly {
+		// Tokens come from a Badger sequence: it leases ranges durably, so a
+		// token never repeats, even after a crash.
+		b.seq, err = db.GetSequence([]byte("s/token"), 1024)
+		if err == nil {
+			err = b.orphanOpenClaims()
+		}
+		if err != nil {
+			if b.seq != nil {
+				_ = b.seq.Release()
+			}
+			_ = db.Close()
+			return nil, unavailable("open", err)
+		}
+	}
+	return b, nil
+}
+
+// DB returns the underlying Badger database, for inspection and tools.
+func (b *BadgerBackend) DB() *badger.DB { return b.db }
+
+// orphanOpenClaims ends the lease of every claim left by an earlier
+// process: the directory lock means no live process holds them. It walks
+// the claim index, whose size is the number of open claims (plus
+// tombstones not yet compacted), never the records.
+func (b *BadgerBackend) orphanOpenClaims() error {
+	var ids [][]byte
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixClaim}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ids = append(ids, bytes.Clone(it.Item().Key()[1:]))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		err := b.update(id, func(txn *badger.Txn, rec *Record) error {
+			if rec == nil || rec.State != StateInProgress {
+				return txn.Delete(withPrefix(prefixClaim, id))
+			}
+			rec.LeaseEnds = time.Time{}
+			rec.Owner = ""
+			b.setOpen(id, rec)
+			return b.put(txn, id, rec, time.Time{})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func recordID(scope, key string) []byte {
+	id := make([]byte, 0, 1+len(scope)+len(key))
+	id = append(id, byte(len(scope)))
+	id = append(id, scope...)
+	return append(id, key...)
+}
+
+func withPrefix(p byte, id []byte) []byte {
+	k := make([]byte, 0, 1+len(id))
+	k = append(k, p)
+	return append(k, id...)
+}
+
+func expiryKey(at time.Time, id []byte) []byte {
+	k := make([]byte, 9, 9+len(id))
+	k[0] = prefixExpiry
+	binary.BigEndian.PutUint64(k[1:], uint64(at.UnixNano()))
+	return append(k, id...)
+}
+
+func (b *BadgerBackend) stripe(id []byte) *sync.Mutex {
+	return &b.stripes[maphash.Bytes(b.seed, id)%uint64(len(b.stripes))]
+}
+
+// update runs fn on the current record of id (nil if absent) in one
+// read-write transaction under the key's stripe, and commits. fn may return
+// errNoWrite to end without committing.
+func (b *BadgerBackend) update(id []byte, fn func(txn *badger.Txn, rec *Record) error) error {
+	if b.ro {
+		return fmt.Errorf("%w: store opened read-only", ErrUnavailable)
+	}
+	mu := b.stripe(id)
+	mu.Lock()
+	defer mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		txn := b.db.NewTransaction(true)
+		rec, err := getRecord(txn, id)
+		if err == nil {
+			err = fn(txn, rec)
+		}
+		if errors.Is(err, errNoWrite) {
+			txn.Discard()
+			return nil
+		}
+		if err == nil {
+			err = txn.Commit()
+		} else {
+			txn.Discard()
+		}
+		// Every writer of a key holds its stripe, so a conflict can only come
+		// from a transaction that read this key without the stripe (Reclaim):
+		// reading again sees its outcome.
+		if errors.Is(err, badger.ErrConflict) && attempt < 16 {
+			continue
+		}
+		return err
+	}
+}
+
+var errNoWrite = errors.New("no write")
+
+func getRecord(txn *badger.Txn, id []byte) (*Record, error) {
+	item, err := txn.Get(withPrefix(prefixRecord, id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec *Record
+	err = item.Value(func(v []byte) error {
+		var derr error
+		rec, derr = UnmarshalRecord(v)
+		return derr
+	})
+	return rec, err
+}
+
+// put writes rec; ttlFrom, if not zero, is the store's time used to set
+// Badger's TTL relative to the record's expiry.
+func (b *BadgerBackend) put(txn *badger.Txn, id []byte, rec *Record, ttlFrom time.Time) error {
+	v, err := MarshalRecord(rec)
+	if err != nil {
+		return err
+	}
+	e := badger.NewEntry(withPrefix(prefixRecord, id), v)
+	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
+		e = e.WithTTL(max(rec.ExpiresAt.Sub(ttlFrom), 0) + reclaimGrace)
+	}
+	return txn.SetEntry(e)
+}
+
+func (b *BadgerBackend) setOpen(id []byte, rec *Record) {
+	b.mu.Lock()
+	if rec.State == StateInProgress {
+		b.open[string(id)] = openClaim{leaseEnds: rec.LeaseEnds, nextCheck: rec.NextCheck, attention: rec.Attention}
+	} else {
+		delete(b.open, string(id))
+	}
+	b.mu.Unlock()
+}
+
+// Claim implements Backend.
+func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	id := recordID(scope, key)
+	var out *Record
+	var claimed bool
+	var newRec *Record
+	err := b.update(id, func(txn *badger.Txn, rec *Record) error {
+		claimed, newRec = false, nil
+		if rec != nil && rec.State != StateReleased && !rec.Expired(args.Now) {
+			out = rec
+			return errNoWrite
+		}
+		token, err := b.seq.Next()
+		if err != nil {
+			return err
+		}
+		n := &Record{
+			Scope: scope, Key: key, State: StateInProgress,
+			Fingerprint: args.Fingerprint, Token: token + 1,
+			LeaseEnds: args.LeaseEnds, Retention: args.Retention,
+			FirstSeen: args.Now, ClaimedAt: args.Now, Claims: 1, Owner: args.Owner,
+		}
+		if rec != nil {
+			// An expired record starts a new life; a released one goes on.
+			if rec.State == StateReleased {
+				n.FirstSeen = rec.FirstSeen
+				n.Claims = rec.Claims + 1
+			}
+			if !rec.ExpiresAt.IsZero() {
+				if err := txn.Delete(expiryKey(rec.ExpiresAt, id)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := txn.Set(withPrefix(prefixClaim, id), nil); err != nil {
+			return err
+		}
+		if err := b.put(txn, id, n, time.Time{}); err != nil {
+			return err
+		}
+		out, claimed, newRec = n, true, n
+		return nil
+	})
+	if err != nil {
+		return nil, false, unavailable("claim", err)
+	}
+	if newRec != nil {
+		b.setOpen(id, newRec)
+	}
+	return out.Clone(), claimed, nil
+}
+
+// fenced runs fn on the record of (scope, key) if it is in progress with
+// token, writes the record fn leaves, and mirrors it in the open claims.
+func (b *BadgerBackend) fenced(ctx context.Context, op, scope, key string, token uint64, ttlFrom time.Time,
+	fn func(txn *badger.Txn, id []byte, rec *Record) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	id := recordID(scope, key)
+	var written *Record
+	err := b.update(id, func(txn *badger.Txn, rec *Record) error {
+		written = nil
+		if rec == nil || rec.State != StateInProgress || rec.Token != token {
+			return &FencedError{Scope: scope, Key: key, Token: token}
+		}
+		if err := fn(txn, id, rec); err != nil {
+			return err
+		}
+		if err := b.put(txn, id, rec, ttlFrom); err != nil {
+			return err
+		}
+		written = rec
+		return nil
+	})
+	if err != nil {
+		return unavailable(op, err)
+	}
+	b.setOpen(id, written)
+	return nil
+}
+
+// Complete implements Backend.
+func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token uint64, c Completion) error {
+	return b.fenced(ctx, "complete", scope, key, token, c.At, func(txn *badger.Txn, id []byte, rec *Record) error {
+		res := c.Result
+		rec.State, rec.Result = StateDone, &res
+		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
+		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
+			return err
+		}
+		return txn.SetEntry(badger.NewEntry(expiryKey(c.ExpiresAt, id), nil).
+			WithTTL(max(c.ExpiresAt.Sub(c.At), 0) + reclaimGrace))
+	})
+}
+
+// Release implements Backend.
+func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token uint64, r Releasing) error {
+	return b.fenced(ctx, "release", scope, key, token, r.At, func(txn *badger.Txn, id []byte, rec *Record) error {
+		rec.State, rec.ExpiresAt, rec.Recovered = StateReleased, r.ExpiresAt, r.Reason
+		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+		rec.DoneAt = r.At
+		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
+			return err
+		}
+		return txn.SetEntry(badger.NewEntry(expiryKey(r.ExpiresAt, id), nil).
+			WithTTL(max(r.ExpiresAt.Sub(r.At), 0) + reclaimGrace))
+	})
+}
+
+// Extend implements Backend.
+func (b *BadgerBackend) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
+	return b.fenced(ctx, "extend", scope, key, token, time.Time{}, func(_ *badger.Txn, _ []byte, rec *Record) error {
+		rec.LeaseEnds = leaseEnds
+		return nil
+	})
+}
+
+// Defer implements Backend.
+func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint64, d Deferral) error {
+	return b.fenced(ctx, "defer", scope, key, token, time.Time{}, func(_ *badger.Txn, _ []byte, rec *Record) error {
+		rec.Checks, rec.NextCheck, rec.Attention = d.Checks, d.NextCheck, d.Attention
+		return nil
+	})
+}
+
+// Get implements Backend.
+func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var rec *Record
+	err := b.db.View(func(txn *badger.Txn) error {
+		var err error
+		rec, err = getRecord(txn, recordID(scope, key))
+		return err
+	})
+	if err != nil {
+		return nil, unavailable("get", err)
+	}
+	if rec == nil {
+		return nil, ErrNotFound
+	}
+	return rec, nil
+}
+
+// Stale implements Backend. It reads the in-memory set of open claims, so
+// its cost does not grow with the number of done records.
+func (b *BadgerBackend) Stale(ctx context.Context, now time.Time, limit int) ([]*Record, error) {
+	type due struct {
+		id        string
+		leaseEnds time.Time
+	}
+	var ids []due
+	b.mu.Lock()
+	for id, c := range b.open {
+		if !c.attention && !now.Before(c.leaseEnds) && !now.Before(c.nextCheck) {
+			ids = append(ids, due{id, c.leaseEnds})
+		}
+	}
+	b.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i].leaseEnds.Before(ids[j].leaseEnds) })
+	var out []*Record
+	err := b.db.View(func(txn *badger.Txn) error {
+		for _, d := range ids {
+			if len(out) >= limit {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rec, err := getRecord(txn, []byte(d.id))
+			if err != nil {
+				return err
+			}
+			if rec != nil && rec.Stale(now) && !now.Before(rec.NextCheck) && !rec.Attention {
+				out = append(out, rec)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable("stale", err)
+	}
+	return out, nil
+}
+
+// Reclaim implements Backend. It walks the expiry index from where the last
+// call stopped, so the tombstones of what it already deleted are sought
+// past rather than read again.
+func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) ([]Ref, error) {
+	if b.ro {
+		return nil, fmt.Errorf("%w: store opened read-only", ErrUnavailable)
+	}
+	var refs []Ref
+	for len(refs) < limit {
+		due, err := b.dueExpiries(now, limit-len(refs))
+		if err != nil {
+			return refs, unavailable("reclaim", err)
+		}
+		for _, e := range due {
+			if err := ctx.Err(); err != nil {
+				return refs, err
+			}
+			ref, err := b.reclaimOne(e.at, e.id, now)
+			if err != nil && !errors.Is(err, ErrCorrupt) {
+				return refs, unavailable("reclaim", err)
+			}
+			// A corrupt record is left for an operator to inspect; the
+			// cursor moves past it so that it cannot stall reclamation.
+			if ref != nil {
+				refs = append(refs, *ref)
+			}
+			b.mu.Lock()
+			b.cursor = max(b.cursor, e.at)
+			b.mu.Unlock()
+		}
+		if len(due) < limit-len(refs) || len(due) == 0 {
+			break
+		}
+	}
+	return refs, nil
+}
+
+type expiryEntry struct {
+	at int64
+	id []byte
+}
+
+// dueExpiries reads up to limit expiry index entries due at now, from the
+// cursor on.
+func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, error) {
+	b.mu.Lock()
+	cursor := b.cursor
+	b.mu.Unlock()
+	var due []expiryEntry
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixExpiry}})
+		defer it.Close()
+		start := make([]byte, 9)
+		start[0] = prefixExpiry
+		binary.BigEndian.PutUint64(start[1:], uint64(max(cursor, 0)))
+		for it.Seek(start); it.Valid() && len(due) < limit; it.Next() {
+			k := it.Item().Key()
+			at := int64(binary.BigEndian.Uint64(k[1:9]))
+			if at > now.UnixNano() {
+				break
+			}
+			due = append(due, expiryEntry{at, bytes.Clone(k[9:])})
+		}
+		return nil
+	})
+	return due, err
+}
+
+// reclaimOne deletes an expiry index entry, and its record if the record is
+// still the expired one the entry points at.
+func (b *BadgerBackend) reclaimOne(at int64, id []byte, now time.Time) (*Ref, error) {
+	var ref *Ref
+	err := b.update(id, func(txn *badger.Txn, rec *Record) error {
+		ref = nil
+		if err := txn.Delete(expiryKey(time.Unix(0, at), id)); err != nil {
+			return err
+		}
+		// The index entry may outlive its record's life: the key may have
+		// been claimed again since. Delete only what is still expired.
+		if rec != nil && rec.State != StateInProgress && rec.ExpiresAt.UnixNano() == at && !now.Before(rec.ExpiresAt) {
+			ref = &Ref{Scope: rec.Scope, Key: rec.Key, Token: rec.Token}
+			return txn.Delete(withPrefix(prefixRecord, id))
+		}
+		return nil
+	})
+	return ref, err
+}
+
+// Maintain runs Badger's value-log garbage collection once, so that space
+// freed by reclaimed records returns to the disk over time. The store calls
+// it from its background sweep.
+func (b *BadgerBackend) Maintain(ctx context.Context) error {
+	if b.ro || !b.gcMu.TryLock() {
+		return nil
+	}
+	defer b.gcMu.Unlock()
+	for i := 0; i < 4 && ctx.Err() == nil; i++ {
+		if err := b.db.RunValueLogGC(0.5); err != nil {
+			if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+				return nil
+			}
+			return unavailable("maintain", err)
+		}
+	}
+	return nil
+}
+
+// Scan implements Lister.
+func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
+	err := b.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var rec *Record
+			if err := it.Item().Value(func(v []byte) error {
+				var err error
+				rec, err = UnmarshalRecord(v)
+				return err
+			}); err != nil {
+				return err
+			}
+			if !fn(rec) {
+				return nil
+			}
+		}
+		return nil
+	})
+	return unavailable("scan", err)
+}
+
+// Close implements Backend.
+func (b *BadgerBackend) Close() error {
+	var err error
+	if b.seq != nil {
+		err = b.seq.Release()
+	}
+	return errors.Join(err, b.db.Close())
+}
+
+// badgerLogger hands Badger's warnings and errors to slog and drops its
+// chatty info and debug lines.
+type badgerLogger struct{ l *slog.Logger }
+
+func (g badgerLogger) Errorf(f string, a ...any) {
+	if g.l != nil {
+		g.l.Error("badger: " + fmt.Sprintf(f, a...))
+	}
+}
+func (g badgerLogger) Warningf(f string, a ...any) {
+	if g.l != nil {
+		g.l.Warn("badger: " + fmt.Sprintf(f, a...))
+	}
+}
+func (g badgerLogger) Infof(string, ...any)  {}
+func (g badgerLogger) Debugf(string, ...any) {}

@@ -1,0 +1,324 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Request names one intended effect: the key within its scope, and the
+// fingerprint of what the request asks for.
+type Request struct {
+	// Scope separates tenants, principals or tools: the same key in two
+	// scopes is two records. At most MaxScopeLen bytes; may be empty.
+	Scope string
+	// Key is the idempotency key: 1 to MaxKeyLen printable ASCII characters.
+	Key string
+	// Fingerprint is the digest of the payload (see Fingerprint). A repeat
+	// with another fingerprint is refused with a *MismatchError.
+	Fingerprint string
+	// Retention overrides Options.Retention for this record when positive.
+	Retention time.Duration
+	// Lease overrides Options.Lease for this claim when positive.
+	Lease time.Duration
+}
+
+// Claim is a won claim on a key: its holder runs the effect, then
+// completes, releases or holds the claim. Every call is fenced by the
+// claim's token, so a holder whose claim was recovered and taken over
+// changes nothing. A Claim is safe for concurrent use.
+type Claim struct {
+	s         *Store
+	scope     string
+	key       string
+	token     uint64
+	lease     time.Duration
+	retention time.Duration
+
+	// mu guards leaseEnds and finished.
+	mu        sync.Mutex
+	leaseEnds time.Time
+	finished  bool
+}
+
+// Scope returns the claim's scope.
+func (c *Claim) Scope() string { return c.scope }
+
+// Key returns the claim's key.
+func (c *Claim) Key() string { return c.key }
+
+// Token returns the claim's fencing token. Pass it downstream where a
+// system can refuse writes from an older token.
+func (c *Claim) Token() uint64 { return c.token }
+
+// LeaseEnds returns when the claim's lease ends unless extended.
+func (c *Claim) LeaseEnds() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaseEnds
+}
+
+// Begin claims req's key, or tells why it cannot run. On a nil error
+// exactly one of the results is set: a *Claim when the caller must run the
+// effect and then call Complete, Release or Hold; or the saved *Result of
+// an earlier run to replay. The errors are *InProgressError, *MismatchError,
+// *OutcomeUnknownError, and ones wrapping ErrInvalidKey, ErrUnavailable,
+// ErrCorrupt and ErrClosed.
+//
+// A claim whose lease ended is first resolved through the Resolver; Begin
+// then answers as the resolution dictates.
+func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
+	if err := validate(req.Scope, req.Key); err != nil {
+		return nil, nil, err
+	}
+	if err := s.accept(); err != nil {
+		return nil, nil, err
+	}
+	lease := req.Lease
+	if lease <= 0 {
+		lease = s.o.Lease
+	}
+	retention := req.Retention
+	if retention <= 0 {
+		retention = s.o.Retention
+	}
+	// Each round either answers or resolves a stale claim, which changes
+	// the record; a few rounds cover a resolution racing another request.
+	for round := 0; ; round++ {
+		now := s.now()
+		rec, claimed, err := s.claim(ctx, req.Scope, req.Key, ClaimArgs{
+			Fingerprint: req.Fingerprint, Now: now, LeaseEnds: now.Add(lease),
+			Retention: retention, Owner: s.owner,
+		})
+		if err != nil {
+			s.observeErr("claim", req.Scope, req.Key, 0, err)
+			return nil, nil, err
+		}
+		if claimed {
+			c := &Claim{s: s, scope: req.Scope, key: req.Key, token: rec.Token, lease: lease,
+				retention: retention, leaseEnds: rec.LeaseEnds}
+			if !s.claimStarted() {
+				// Close began while we claimed: give the key back.
+				_ = c.end(context.WithoutCancel(ctx), Release, Result{}, "store closing")
+				return nil, nil, ErrClosed
+			}
+			s.observe(Event{Kind: EventClaimed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			return c, nil, nil
+		}
+		if rec.Fingerprint != req.Fingerprint {
+			s.observe(Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			return nil, nil, &MismatchError{Scope: req.Scope, Key: req.Key, Stored: rec.Fingerprint, Got: req.Fingerprint}
+		}
+		switch {
+		case rec.State == StateDone:
+			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			res := rec.Result
+			if res == nil {
+				res = &Result{}
+			}
+			return nil, res, nil
+		case !rec.Stale(now):
+			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: rec.LeaseEnds}
+		}
+		if _, err := s.recover(ctx, rec, now); err != nil {
+			return nil, nil, err
+		}
+		if round >= 8 {
+			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: now}
+		}
+	}
+}
+
+func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {
+	if err := s.enter(); err != nil {
+		return nil, false, err
+	}
+	defer s.leave()
+	return s.b.Claim(ctx, scope, key, args)
+}
+
+// Complete saves res as the key's result: every repeat replays it until the
+// record expires. It fails with ErrFenced if the claim is no longer current.
+func (c *Claim) Complete(ctx context.Context, res Result) error {
+	return c.end(ctx, Save, res, "")
+}
+
+// Release ends the claim without saving anything: the next request with
+// the key runs the effect again. reason is kept in the record's story.
+func (c *Claim) Release(ctx context.Context, reason string) error {
+	return c.end(ctx, Release, Result{}, reason)
+}
+
+// Hold ends this holder's part but leaves the claim in progress with its
+// lease ended, so that recovery asks the Resolver whether the effect
+// happened. Use it when the outcome is ambiguous.
+func (c *Claim) Hold(ctx context.Context) error {
+	return c.end(ctx, Hold, Result{}, "held")
+}
+
+// Extend renews the lease for another lease period from now. Do calls it
+// from its heartbeat; callers of Begin call it for long effects.
+func (c *Claim) Extend(ctx context.Context) error {
+	c.mu.Lock()
+	finished := c.finished
+	c.mu.Unlock()
+	if finished {
+		return ErrClaimDone
+	}
+	now := c.s.now()
+	ends := now.Add(c.lease)
+	_, err := call(c.s, func() (struct{}, error) {
+		return struct{}{}, c.s.b.Extend(ctx, c.scope, c.key, c.token, ends)
+	})
+	if err != nil {
+		c.s.fencedOrErr("extend", c.scope, c.key, c.token, err)
+		return err
+	}
+	c.mu.Lock()
+	c.leaseEnds = ends
+	c.mu.Unlock()
+	c.s.observe(Event{Kind: EventExtended, Scope: c.scope, Key: c.key, Token: c.token, Time: now})
+	return nil
+}
+
+func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) error {
+	c.mu.Lock()
+	if c.finished {
+		c.mu.Unlock()
+		return ErrClaimDone
+	}
+	c.finished = true
+	c.mu.Unlock()
+	s := c.s
+	now := s.now()
+	var kind EventKind
+	_, err := call(s, func() (struct{}, error) {
+		switch d {
+		case Save:
+			kind = EventCompleted
+			return struct{}{}, s.b.Complete(ctx, c.scope, c.key, c.token,
+				Completion{Result: res, At: now, ExpiresAt: expiresAt(now, c.retention)})
+		case Hold:
+			kind = EventHeld
+			return struct{}{}, s.b.Extend(ctx, c.scope, c.key, c.token, now)
+		default:
+			kind = EventReleased
+			return struct{}{}, s.b.Release(ctx, c.scope, c.key, c.token,
+				Releasing{At: now, ExpiresAt: expiresAt(now, c.retention), Reason: reason})
+		}
+	})
+	s.claimFinished()
+	if err != nil {
+		s.fencedOrErr(kind.String(), c.scope, c.key, c.token, err)
+		return err
+	}
+	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason})
+	return nil
+}
+
+func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
+	if errors.Is(err, ErrFenced) {
+		s.observe(Event{Kind: EventFenced, Scope: scope, Key: key, Token: token, Reason: op, Err: err})
+		return
+	}
+	s.observeErr(op, scope, key, token, err)
+}
+
+// Do runs fn once for req's key and returns its result; every repeat gets
+// the saved result back with replayed set. While fn runs, Do extends the
+// claim's lease every Lease/3, and cancels fn's context if the claim is
+// lost to recovery. When fn returns, the error policy saves the outcome,
+// releases the claim or holds it. A panic in fn releases the claim and is
+// re-raised.
+//
+// A replayed result whose first run returned an error saved by the policy
+// comes back with a *SavedError. If fn ran but its result could not be
+// saved, Do returns fn's result and an error wrapping ErrUnavailable; the
+// claim is then left for recovery.
+func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
+	c, saved, err := s.Begin(ctx, req)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if saved != nil {
+		if saved.Error != "" {
+			return *saved, true, &SavedError{Message: saved.Error}
+		}
+		return *saved, true, nil
+	}
+	fnCtx, cancel := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go c.heartbeat(fnCtx, cancel, hbDone)
+	finish := func() {
+		cancel()
+		<-hbDone
+	}
+	normal := false
+	defer func() {
+		if normal {
+			return
+		}
+		// fn panicked or called runtime.Goexit: release, then re-raise.
+		p := recover()
+		finish()
+		_ = c.Release(context.WithoutCancel(ctx), "panic")
+		if p != nil {
+			panic(p)
+		}
+	}()
+	res, err = fn(fnCtx)
+	normal = true
+	finish()
+
+	endCtx := context.WithoutCancel(ctx)
+	var endErr error
+	switch s.o.Policy(res, err) {
+	case Save:
+		saved := res
+		if err != nil {
+			saved.Error = err.Error()
+		}
+		endErr = c.Complete(endCtx, saved)
+	case Hold:
+		endErr = c.Hold(endCtx)
+	default:
+		reason := "error policy"
+		if err != nil {
+			reason = "error: " + err.Error()
+		} else if res.Status != 0 {
+			reason = fmt.Sprintf("status %d", res.Status)
+		}
+		endErr = c.Release(endCtx, reason)
+	}
+	if endErr != nil {
+		return res, false, fmt.Errorf("idem: effect for key %q ran but its outcome was not recorded: %w", req.Key, errors.Join(endErr, err))
+	}
+	return res, false, err
+}
+
+// heartbeat extends the claim every lease/3 until ctx ends. If the claim
+// was fenced (recovered and taken over) it cancels the effect's context.
+func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelFunc, done chan<- struct{}) {
+	defer close(done)
+	every := c.lease / 3
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.s.o.Clock.After(every):
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err := c.Extend(context.WithoutCancel(ctx)); err != nil {
+			if errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimDone) {
+				cancel()
+				return
+			}
+			// A storage hiccup: the lease is still live; try at the next beat.
+		}
+	}
+}

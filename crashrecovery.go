@@ -1,0 +1,223 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Verdict is a Resolver's answer about a stale claim's effect.
+type Verdict uint8
+
+const (
+	// Unknown: the downstream cannot tell yet. The claim stays in progress;
+	// recovery asks again after a back-off, and after Options.MaxUnknown
+	// answers marks it as needing attention.
+	Unknown Verdict = iota
+	// Committed: the effect happened. Resolution.Result is saved as the
+	// key's result and replayed to every repeat.
+	Committed
+	// NotCommitted: the effect did not happen. The claim is released and
+	// the next request runs it.
+	NotCommitted
+)
+
+// String returns "unknown", "committed" or "not_committed".
+func (v Verdict) String() string {
+	switch v {
+	case Committed:
+		return "committed"
+	case NotCommitted:
+		return "not_committed"
+	default:
+		return "unknown"
+	}
+}
+
+// Resolution is a Resolver's answer.
+type Resolution struct {
+	Verdict Verdict
+	// Result is the downstream result to save when Verdict is Committed.
+	Result Result
+}
+
+// Resolver is the caller's downstream check: given a stale claim, it says
+// whether the claim's effect happened, usually by asking the downstream
+// system with the same key (a payment provider's idempotency key, a ledger
+// row). It must be safe for concurrent use; an error counts as Unknown.
+type Resolver interface {
+	Resolve(ctx context.Context, rec *Record) (Resolution, error)
+}
+
+// ResolverFunc adapts a function to Resolver.
+type ResolverFunc func(ctx context.Context, rec *Record) (Resolution, error)
+
+// Resolve calls f.
+func (f ResolverFunc) Resolve(ctx context.Context, rec *Record) (Resolution, error) { return f(ctx, rec) }
+
+// recover resolves one stale claim. It returns the verdict it applied, or
+// Unknown with a nil error when someone else changed the record first; in
+// both cases the caller reads the record again. It returns an
+// *OutcomeUnknownError when the claim stays unresolved.
+func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdict, error) {
+	unknown := func() error {
+		return &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
+			Attention: rec.Attention, NextCheck: rec.NextCheck}
+	}
+	if rec.Attention {
+		return Unknown, unknown()
+	}
+	if s.o.Resolver == nil {
+		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
+			Reason: "no resolver configured"})
+		return Unknown, unknown()
+	}
+	if now.Before(rec.NextCheck) {
+		return Unknown, unknown()
+	}
+	s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now})
+	res, err := s.o.Resolver.Resolve(ctx, rec.Clone())
+	if err != nil {
+		if ctx.Err() != nil {
+			return Unknown, ctx.Err()
+		}
+		s.observeErr("resolve", rec.Scope, rec.Key, rec.Token, err)
+		res = Resolution{Verdict: Unknown}
+	}
+	retention := rec.Retention
+	if retention <= 0 {
+		retention = s.o.Retention
+	}
+	switch res.Verdict {
+	case Committed:
+		err = s.fencedCall(func() error {
+			return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, Completion{
+				Result: res.Result, At: now, ExpiresAt: expiresAt(now, retention), Recovered: "committed"})
+		})
+	case NotCommitted:
+		err = s.fencedCall(func() error {
+			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token, Releasing{
+				At: now, ExpiresAt: expiresAt(now, retention), Reason: "recovered: not committed"})
+		})
+	default:
+		checks := rec.Checks + 1
+		backoff := s.o.RecheckBackoff << min(checks-1, 20)
+		if backoff > maxRecheckBackoff || backoff <= 0 {
+			backoff = maxRecheckBackoff
+		}
+		d := Deferral{Checks: checks, NextCheck: now.Add(backoff), Attention: checks >= s.o.MaxUnknown}
+		err = s.fencedCall(func() error { return s.b.Defer(ctx, rec.Scope, rec.Key, rec.Token, d) })
+		if err == nil {
+			kind := EventUnknown
+			if d.Attention {
+				kind = EventAttention
+			}
+			s.observe(Event{Kind: kind, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
+				Verdict: Unknown.String()})
+			return Unknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: d.Checks,
+				Attention: d.Attention, NextCheck: d.NextCheck}
+		}
+	}
+	switch {
+	case err == nil:
+		s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
+			Verdict: res.Verdict.String()})
+		return res.Verdict, nil
+	case errors.Is(err, ErrFenced):
+		// Someone else resolved or took over the claim first: read again.
+		return Unknown, nil
+	default:
+		s.observeErr("recover", rec.Scope, rec.Key, rec.Token, err)
+		return Unknown, err
+	}
+}
+
+func (s *Store) fencedCall(fn func() error) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	return fn()
+}
+
+// SweepReport counts what one Sweep did.
+type SweepReport struct {
+	// Stale counts the stale claims examined.
+	Stale int
+	// Committed, NotCommitted and Unknown count the resolver's verdicts;
+	// Attention counts claims marked as needing attention in this sweep.
+	Committed, NotCommitted, Unknown, Attention int
+	// Unresolved counts stale claims left as they were: no resolver, or
+	// their next check is not due.
+	Unresolved int
+	// Expired counts the expired records reclaimed.
+	Expired int
+}
+
+// Sweep runs recovery and reclamation once: it resolves stale claims
+// through the Resolver and deletes expired records, each in bounded
+// batches. The background sweep calls it every Options.SweepInterval;
+// tools and tests call it directly.
+func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
+	var rep SweepReport
+	if err := s.enter(); err != nil {
+		return rep, err
+	}
+	s.leave()
+	s.sweeps.Lock()
+	defer s.sweeps.Unlock()
+
+	const batch = 256
+	// A bounded number of batches keeps one sweep short even when a claim
+	// keeps failing to resolve and comes back in every batch.
+	for range 16 {
+		now := s.now()
+		stale, err := call(s, func() ([]*Record, error) { return s.b.Stale(ctx, now, batch) })
+		if err != nil {
+			return rep, err
+		}
+		changed := 0
+		for _, rec := range stale {
+			rep.Stale++
+			v, err := s.recover(ctx, rec, now)
+			var unk *OutcomeUnknownError
+			switch {
+			case err == nil:
+				changed++
+				switch v {
+				case Committed:
+					rep.Committed++
+				case NotCommitted:
+					rep.NotCommitted++
+				}
+			case errors.As(err, &unk):
+				if unk.Checks > rec.Checks {
+					changed++
+					rep.Unknown++
+					if unk.Attention {
+						rep.Attention++
+					}
+				} else {
+					rep.Unresolved++
+				}
+			default:
+				return rep, err
+			}
+		}
+		if len(stale) < batch || changed == 0 {
+			break
+		}
+	}
+
+	n, err := s.reclaimExpired(ctx)
+	rep.Expired += n
+	if err != nil {
+		return rep, err
+	}
+	if m, ok := s.b.(interface{ Maintain(context.Context) error }); ok {
+		if _, err := call(s, func() (struct{}, error) { return struct{}{}, m.Maintain(ctx) }); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}

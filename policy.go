@@ -1,0 +1,43 @@
+package idem
+
+// Decision is what the error policy does with the outcome of an effect.
+type Decision uint8
+
+const (
+	// Release ends the claim without saving: the next request with the key
+	// runs the effect again. The default for returned errors, panics and
+	// statuses of 500 and above.
+	Release Decision = iota
+	// Save stores the outcome as the key's result; every repeat replays it,
+	// errors included (as Stripe replays a saved 500).
+	Save
+	// Hold leaves the claim in progress with its lease ended, for recovery
+	// to resolve with the Resolver: for ambiguous outcomes such as a
+	// downstream timeout, where running again might do the effect twice.
+	Hold
+)
+
+// String returns "release", "save" or "hold".
+func (d Decision) String() string {
+	switch d {
+	case Save:
+		return "save"
+	case Hold:
+		return "hold"
+	default:
+		return "release"
+	}
+}
+
+// Policy decides, for each outcome of an effect run by Store.Do, whether
+// to save it, release the claim or hold it. A panic always releases.
+type Policy func(res Result, err error) Decision
+
+// DefaultPolicy releases on a returned error or a Status of 500 or more,
+// and saves everything else.
+func DefaultPolicy(res Result, err error) Decision {
+	if err != nil || res.Status >= 500 {
+		return Release
+	}
+	return Save
+}

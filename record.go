@@ -1,0 +1,157 @@
+package idem
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// State is where a record stands in its life: absent, in progress, done.
+type State uint8
+
+// The states a stored record can be in. An absent record is not stored.
+const (
+	// StateInProgress means a claim holds the key: its effect may be running,
+	// or, once the lease ended, its outcome awaits recovery.
+	StateInProgress State = 1
+	// StateDone means the result is saved and is replayed to every repeat
+	// until the record expires.
+	StateDone State = 2
+)
+
+// String returns "in_progress" or "done".
+func (s State) String() string {
+	switch s {
+	case StateInProgress:
+		return "in_progress"
+	case StateDone:
+		return "done"
+	default:
+		return fmt.Sprintf("state(%d)", uint8(s))
+	}
+}
+
+// Result is what an effect produced and what a repeat gets back. The core
+// stores it opaquely; idemhttp fills Status, Header and Body with the saved
+// HTTP response.
+type Result struct {
+	// Status is an application status, such as the HTTP status code.
+	Status int `msgpack:"s,omitempty"`
+	// Header holds saved metadata, such as allow-listed HTTP headers.
+	Header map[string][]string `msgpack:"h,omitempty"`
+	// Body is the saved payload.
+	Body []byte `msgpack:"b,omitempty"`
+	// Error is the text of the effect's error when the error policy saved a
+	// failed attempt; a replay returns it as a *SavedError.
+	Error string `msgpack:"e,omitempty"`
+	// Truncated is true when the effect ran but its body was too large to
+	// keep: a repeat learns that it ran without getting the body.
+	Truncated bool `msgpack:"t,omitempty"`
+}
+
+// RecordFormat is the version of the stored record encoding this release
+// writes. Decoding accepts every version up to it and refuses newer ones
+// with ErrCorrupt, so a downgrade never misreads a record.
+const RecordFormat = 1
+
+// Record is the stored state of one (scope, key). Backends persist it whole
+// and return copies: changing a returned Record changes nothing stored.
+type Record struct {
+	// Format is the encoding version the record was written with.
+	Format uint8 `msgpack:"v"`
+	Scope  string `msgpack:"sc"`
+	Key    string `msgpack:"k"`
+	State  State  `msgpack:"st"`
+	// Fingerprint is the digest of the payload that claimed the key.
+	Fingerprint string `msgpack:"fp"`
+	// Token is the fencing token of the current or last claim. It changes
+	// on every new claim and never repeats within a store.
+	Token uint64 `msgpack:"tk"`
+	// LeaseEnds is when an in-progress claim is deemed stale unless extended.
+	// Zero for an orphaned claim (its process is gone).
+	LeaseEnds time.Time `msgpack:"le"`
+	// ExpiresAt is when a done record stops replaying and may be reclaimed.
+	ExpiresAt time.Time `msgpack:"ex"`
+	// Retention is the retention to apply when the claim completes.
+	Retention time.Duration `msgpack:"rt"`
+	// Result is the saved outcome of a done record.
+	Result *Result `msgpack:"r,omitempty"`
+	// FirstSeen is when the key was first claimed in this record's life.
+	FirstSeen time.Time `msgpack:"fs"`
+	// ClaimedAt is when the current claim was taken.
+	ClaimedAt time.Time `msgpack:"ca"`
+	// DoneAt is when the record became done.
+	DoneAt time.Time `msgpack:"da,omitempty"`
+	// Claims counts the claims (executions started) in this record's life.
+	Claims int `msgpack:"cl"`
+	// Checks counts the resolver's inconclusive answers for the current claim.
+	Checks int `msgpack:"ck,omitempty"`
+	// NextCheck is when recovery may ask the resolver again.
+	NextCheck time.Time `msgpack:"nc,omitempty"`
+	// Attention is true once recovery gave up on the claim.
+	Attention bool `msgpack:"at,omitempty"`
+	// Recovered says how recovery ended the claim ("committed"), if it did.
+	Recovered string `msgpack:"rc,omitempty"`
+	// Owner identifies the process instance that holds the claim.
+	Owner string `msgpack:"ow,omitempty"`
+}
+
+// Stale reports whether an in-progress record's lease has ended at now.
+func (r *Record) Stale(now time.Time) bool {
+	return r.State == StateInProgress && !now.Before(r.LeaseEnds)
+}
+
+// Expired reports whether a done record's retention has ended at now.
+func (r *Record) Expired(now time.Time) bool {
+	return r.State == StateDone && !now.Before(r.ExpiresAt)
+}
+
+// Clone returns a deep copy.
+func (r *Record) Clone() *Record {
+	c := *r
+	if r.Result != nil {
+		res := *r.Result
+		if r.Result.Header != nil {
+			res.Header = make(map[string][]string, len(r.Result.Header))
+			for k, v := range r.Result.Header {
+				res.Header[k] = append([]string(nil), v...)
+			}
+		}
+		res.Body = append([]byte(nil), r.Result.Body...)
+		c.Result = &res
+	}
+	return &c
+}
+
+// MarshalRecord encodes a record in the current format.
+func MarshalRecord(r *Record) ([]byte, error) {
+	c := *r
+	c.Format = RecordFormat
+	b, err := msgpack.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("idem: encode record: %w", err)
+	}
+	return b, nil
+}
+
+// UnmarshalRecord decodes a record written by this or an earlier release.
+// Corrupt bytes, a record of a newer format, or one that fails basic
+// invariants give an error wrapping ErrCorrupt, never a panic.
+func UnmarshalRecord(b []byte) (*Record, error) {
+	var r Record
+	if err := msgpack.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	switch {
+	case r.Format == 0 || r.Format > RecordFormat:
+		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, r.Format)
+	case r.State != StateInProgress && r.State != StateDone:
+		return nil, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
+	case r.State == StateDone && r.Result == nil:
+		return nil, fmt.Errorf("%w: done record without a result", ErrCorrupt)
+	case ValidateKey(r.Key) != nil || ValidateScope(r.Scope) != nil:
+		return nil, fmt.Errorf("%w: malformed scope or key", ErrCorrupt)
+	}
+	return &r, nil
+}

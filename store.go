@@ -1,0 +1,344 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultRetention      = 24 * time.Hour
+	DefaultLease          = 30 * time.Second
+	DefaultSweepInterval  = 10 * time.Second
+	DefaultMaxUnknown     = 10
+	DefaultRecheckBackoff = time.Second
+	DefaultCloseTimeout   = 30 * time.Second
+	maxRecheckBackoff     = 10 * time.Minute
+)
+
+// Options configure a Store. Nil Options, and every zero field, mean the
+// documented default.
+type Options struct {
+	// Retention is how long a done record replays before it expires and a
+	// repeat runs again. Set it longer than the longest pause any run can
+	// take (retries, a resumed agent run). Default 24 hours. A Request may
+	// override it.
+	Retention time.Duration
+
+	// Lease is how long a claim stays live without a heartbeat. Do extends
+	// it every Lease/3 while the effect runs, so only a dead or hung holder
+	// lets it end. Default 30 seconds.
+	Lease time.Duration
+
+	// Durability says whether commits are synced to disk (Durable, the
+	// default) or only survive a process crash (Fast). Badger backend only.
+	Durability Durability
+
+	// Resolver answers, for a stale claim, whether its effect happened
+	// downstream. Nil means stale claims stay in progress and are reported
+	// (ErrOutcomeUnknown), never silently run again.
+	Resolver Resolver
+
+	// SweepInterval is how often the background sweep recovers stale claims
+	// and reclaims expired records. Default 10 seconds; negative disables
+	// the background sweep (call Sweep yourself).
+	SweepInterval time.Duration
+
+	// MaxUnknown is how many inconclusive resolver answers a claim gets
+	// before it is marked as needing attention. Default 10.
+	MaxUnknown int
+
+	// RecheckBackoff is the wait before asking the resolver again after an
+	// inconclusive answer; it doubles with every answer, up to ten minutes.
+	// Default 1 second.
+	RecheckBackoff time.Duration
+
+	// Policy decides what Do does with each outcome. Default DefaultPolicy.
+	Policy Policy
+
+	// Clock is the store's time. Default the wall clock.
+	Clock Clock
+
+	// Observer receives every transition. Default none.
+	Observer Observer
+
+	// Logger, if set, logs every transition through SlogObserver, and
+	// Badger's warnings.
+	Logger *slog.Logger
+
+	// CloseTimeout bounds how long Close waits for running effects and open
+	// claims to finish before closing the storage under them (their claims
+	// are then recovered on the next open). Default 30 seconds.
+	CloseTimeout time.Duration
+
+	// Badger tunes the embedded backend that Open creates.
+	Badger BadgerOptions
+}
+
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Retention <= 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.MaxUnknown <= 0 {
+		c.MaxUnknown = DefaultMaxUnknown
+	}
+	if c.RecheckBackoff <= 0 {
+		c.RecheckBackoff = DefaultRecheckBackoff
+	}
+	if c.Policy == nil {
+		c.Policy = DefaultPolicy
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	if c.CloseTimeout <= 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	var obs multiObserver
+	if c.Observer != nil {
+		obs = append(obs, c.Observer)
+	}
+	if c.Logger != nil {
+		obs = append(obs, SlogObserver(c.Logger))
+		if c.Badger.Logger == nil {
+			c.Badger.Logger = c.Logger
+		}
+	}
+	switch len(obs) {
+	case 0:
+		c.Observer = nil
+	case 1:
+		c.Observer = obs[0]
+	default:
+		c.Observer = obs
+	}
+	return c
+}
+
+// Store runs effects once per (scope, key) and replays their results. It is
+// safe for concurrent use by any number of goroutines.
+type Store struct {
+	b     Backend
+	o     Options
+	owner string // this instance's name, stored with its claims
+
+	// mu guards the fields below it; cond signals their changes.
+	mu        sync.Mutex
+	cond      *sync.Cond
+	accepting bool // new requests are taken (false once Close starts)
+	claims    int  // claims handed out and not finished
+	ops       int  // backend calls in flight
+	closed    bool // the backend is closed or closing: no call may start
+
+	stop   chan struct{} // closed to stop the background sweep
+	bgDone chan struct{} // closed when the background sweep has returned
+	sweeps sync.Mutex    // one Sweep at a time
+}
+
+// Open opens (or creates) a store in a directory on the embedded Badger
+// backend. Claims left open by an earlier process are orphaned at once and
+// resolved by recovery. With opts.Badger.InMemory, dir is ignored.
+func Open(dir string, opts *Options) (*Store, error) {
+	o := opts.withDefaults()
+	bo := o.Badger
+	bo.Durability = o.Durability
+	b, err := OpenBadger(dir, bo)
+	if err != nil {
+		return nil, err
+	}
+	return New(b, &o), nil
+}
+
+// New returns a Store over any Backend, such as pgstore's. The Store owns
+// the backend from then on and closes it in Close.
+func New(b Backend, opts *Options) *Store {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	s := &Store{b: b, o: opts.withDefaults(), owner: hex.EncodeToString(id[:]), accepting: true,
+		stop: make(chan struct{}), bgDone: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	if s.o.SweepInterval > 0 {
+		go s.background()
+	} else {
+		close(s.bgDone)
+	}
+	return s
+}
+
+// Backend returns the store's backend.
+func (s *Store) Backend() Backend { return s.b }
+
+// Options returns the options in force, defaults filled in.
+func (s *Store) Options() Options { return s.o }
+
+// Close stops taking requests, waits up to Options.CloseTimeout for running
+// effects and open claims to finish, stops the background sweep, waits for
+// storage calls in flight, and closes the backend. It is safe to call while
+// requests are in flight and more than once; calls after the first return
+// nil. Requests that arrive after Close began get ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if !s.accepting {
+		s.mu.Unlock()
+		return nil
+	}
+	s.accepting = false
+	deadline := time.Now().Add(s.o.CloseTimeout)
+	timer := time.AfterFunc(s.o.CloseTimeout, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	for s.claims > 0 && time.Now().Before(deadline) {
+		s.cond.Wait()
+	}
+	timer.Stop()
+	s.mu.Unlock()
+
+	close(s.stop)
+	<-s.bgDone
+
+	s.mu.Lock()
+	s.closed = true
+	for s.ops > 0 {
+		s.cond.Wait()
+	}
+	s.mu.Unlock()
+	return s.b.Close()
+}
+
+// enter admits one backend call, or returns ErrClosed.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.ops++
+	return nil
+}
+
+func (s *Store) leave() {
+	s.mu.Lock()
+	s.ops--
+	if s.ops == 0 {
+		s.cond.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+// call runs one backend call between enter and leave.
+func call[T any](s *Store, fn func() (T, error)) (T, error) {
+	if err := s.enter(); err != nil {
+		var zero T
+		return zero, err
+	}
+	defer s.leave()
+	return fn()
+}
+
+func (s *Store) accept() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.accepting {
+		return ErrClosed
+	}
+	return nil
+}
+
+// claimStarted counts a claim handed out, unless Close began.
+func (s *Store) claimStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.accepting {
+		return false
+	}
+	s.claims++
+	return true
+}
+
+func (s *Store) claimFinished() {
+	s.mu.Lock()
+	s.claims--
+	if s.claims == 0 {
+		s.cond.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Store) now() time.Time { return s.o.Clock.Now() }
+
+func (s *Store) observe(e Event) {
+	if s.o.Observer == nil {
+		return
+	}
+	if e.Time.IsZero() {
+		e.Time = s.now()
+	}
+	s.o.Observer.Observe(e)
+}
+
+func (s *Store) observeErr(op, scope, key string, token uint64, err error) {
+	if s.o.Observer == nil || err == nil || errors.Is(err, ErrClosed) {
+		return
+	}
+	s.observe(Event{Kind: EventError, Scope: scope, Key: key, Token: token, Reason: op, Err: err})
+}
+
+// Get returns the stored record of (scope, key) as it is, for inspection:
+// it may be in progress, done, released or expired but not yet reclaimed.
+// It returns ErrNotFound when nothing is stored.
+func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
+	if err := validate(scope, key); err != nil {
+		return nil, err
+	}
+	return call(s, func() (*Record, error) { return s.b.Get(ctx, scope, key) })
+}
+
+func validate(scope, key string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateScope(scope)
+}
+
+func (s *Store) background() {
+	defer close(s.bgDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+			s.observeErr("sweep", "", "", 0, err)
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-s.o.Clock.After(s.o.SweepInterval):
+		}
+	}
+}
+
+func (s *Store) String() string { return fmt.Sprintf("idem.Store(%T)", s.b) }

@@ -1,0 +1,44 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Retention, expiry and reclamation.
+//
+// A done record replays until its ExpiresAt, fixed when it completes as the
+// store's time plus the record's retention (Options.Retention or the
+// request's override). Expiry is decided only by the store's clock: a
+// request that meets an expired record claims the key as if nothing were
+// stored (Backend.Claim compares ExpiresAt with the store's Now). Deleting
+// what expired is separate and lazy: Sweep reclaims it in bounded batches
+// in the background, so reclamation never stalls a request, and the Badger
+// backend also gives each record a TTL an hour past its expiry, so that
+// compaction drops whatever the sweep has not reached.
+
+// reclaimBatch bounds one Reclaim call; reclaimBatches bounds one sweep.
+const (
+	reclaimBatch   = 512
+	reclaimBatches = 64
+)
+
+// reclaimExpired deletes expired records in bounded batches, reporting each.
+func (s *Store) reclaimExpired(ctx context.Context) (int, error) {
+	total := 0
+	for range reclaimBatches {
+		now := s.now()
+		refs, err := call(s, func() ([]Ref, error) { return s.b.Reclaim(ctx, now, reclaimBatch) })
+		for _, r := range refs {
+			s.observe(Event{Kind: EventExpired, Scope: r.Scope, Key: r.Key, Token: r.Token, Time: now})
+		}
+		total += len(refs)
+		if err != nil || len(refs) < reclaimBatch {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// expiresAt returns when a record completed at now with retention expires.
+func expiresAt(now time.Time, retention time.Duration) time.Time { return now.Add(retention) }
