@@ -53,7 +53,9 @@ type Resolver interface {
 type ResolverFunc func(ctx context.Context, rec *Record) (Resolution, error)
 
 // Resolve calls f.
-func (f ResolverFunc) Resolve(ctx context.Context, rec *Record) (Resolution, error) { return f(ctx, rec) }
+func (f ResolverFunc) Resolve(ctx context.Context, rec *Record) (Resolution, error) {
+	return f(ctx, rec)
+}
 
 // recover resolves one stale claim. It returns the verdict it applied, or
 // Unknown with a nil error when someone else changed the record first; in

@@ -186,5 +186,7 @@ type storageError struct {
 	err error
 }
 
-func (e *storageError) Error() string { return "idem: " + e.op + ": storage unavailable: " + e.err.Error() }
+func (e *storageError) Error() string {
+	return "idem: " + e.op + ": storage unavailable: " + e.err.Error()
+}
 func (e *storageError) Unwrap() []error { return []error{ErrUnavailable, e.err} }

@@ -59,7 +59,7 @@ const RecordFormat = 1
 // and return copies: changing a returned Record changes nothing stored.
 type Record struct {
 	// Format is the encoding version the record was written with.
-	Format uint8 `msgpack:"v"`
+	Format uint8  `msgpack:"v"`
 	Scope  string `msgpack:"sc"`
 	Key    string `msgpack:"k"`
 	State  State  `msgpack:"st"`
