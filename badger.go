@@ -99,9 +99,9 @@ type BadgerBackend struct {
 	// records, so a sweep costs in proportion to open claims. Entries are
 	// written under the key's stripe after the commit that they mirror.
 	open map[string]openClaim
-	// cursor is the expiry time up to which Reclaim has deleted, so the
-	// next scan seeks past the tombstones it left.
-	cursor int64
+	// cursor is the last expiry index key Reclaim processed, so the next
+	// scan seeks past the tombstones it left.
+	cursor []byte
 
 	gcMu sync.Mutex // serialises value-log garbage collection
 }
@@ -533,7 +533,9 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 				refs = append(refs, *ref)
 			}
 			b.mu.Lock()
-			b.cursor = max(b.cursor, e.at)
+			if bytes.Compare(e.key, b.cursor) > 0 {
+				b.cursor = e.key
+			}
 			b.mu.Unlock()
 		}
 		if len(due) < limit-len(refs) || len(due) == 0 {
@@ -544,30 +546,33 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 }
 
 type expiryEntry struct {
-	at int64
-	id []byte
+	at  int64
+	id  []byte
+	key []byte
 }
 
 // dueExpiries reads up to limit expiry index entries due at now, from the
 // cursor on.
 func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, error) {
 	b.mu.Lock()
-	cursor := b.cursor
+	// Seek just past the last key processed: a zero byte appended is the
+	// next possible key.
+	start := append(bytes.Clone(b.cursor), 0)
 	b.mu.Unlock()
+	if len(start) == 1 {
+		start = []byte{prefixExpiry}
+	}
 	var due []expiryEntry
 	err := b.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixExpiry}})
 		defer it.Close()
-		start := make([]byte, 9)
-		start[0] = prefixExpiry
-		binary.BigEndian.PutUint64(start[1:], uint64(max(cursor, 0)))
 		for it.Seek(start); it.Valid() && len(due) < limit; it.Next() {
 			k := it.Item().Key()
 			at := int64(binary.BigEndian.Uint64(k[1:9]))
 			if at > now.UnixNano() {
 				break
 			}
-			due = append(due, expiryEntry{at, bytes.Clone(k[9:])})
+			due = append(due, expiryEntry{at, bytes.Clone(k[9:]), bytes.Clone(k)})
 		}
 		return nil
 	})
@@ -598,7 +603,7 @@ func (b *BadgerBackend) reclaimOne(at int64, id []byte, now time.Time) (*Ref, er
 // freed by reclaimed records returns to the disk over time. The store calls
 // it from its background sweep.
 func (b *BadgerBackend) Maintain(ctx context.Context) error {
-	if b.ro || !b.gcMu.TryLock() {
+	if b.ro || b.db.Opts().InMemory || !b.gcMu.TryLock() {
 		return nil
 	}
 	defer b.gcMu.Unlock()

@@ -146,7 +146,7 @@ func UnmarshalRecord(b []byte) (*Record, error) {
 	switch {
 	case r.Format == 0 || r.Format > RecordFormat:
 		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, r.Format)
-	case r.State != StateInProgress && r.State != StateDone:
+	case r.State != StateInProgress && r.State != StateDone && r.State != StateReleased:
 		return nil, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
 	case r.State == StateDone && r.Result == nil:
 		return nil, fmt.Errorf("%w: done record without a result", ErrCorrupt)

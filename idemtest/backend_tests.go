@@ -1,0 +1,247 @@
+package idemtest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests call the Backend's primitives directly.
+
+func closeBackend(t testing.TB, b idem.Backend) {
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+}
+
+func args(fp string, now time.Time) idem.ClaimArgs {
+	return idem.ClaimArgs{Fingerprint: fp, Now: now, LeaseEnds: now.Add(lease), Retention: retention, Owner: "test"}
+}
+
+func testBackendClaim(t *testing.T, nb NewBackend) {
+	b := nb(t)
+	closeBackend(t, b)
+	now := epoch
+
+	_, err := b.Get(ctx, "s", "k")
+	require.ErrorIs(t, err, idem.ErrNotFound)
+
+	rec, claimed, err := b.Claim(ctx, "s", "k", args("fp1", now))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.Equal(t, idem.StateInProgress, rec.State)
+	require.Equal(t, "s", rec.Scope)
+	require.Equal(t, "k", rec.Key)
+	require.Equal(t, "fp1", rec.Fingerprint)
+	require.NotZero(t, rec.Token)
+	require.True(t, rec.LeaseEnds.Equal(now.Add(lease)))
+	require.Equal(t, 1, rec.Claims)
+
+	again, claimed, err := b.Claim(ctx, "s", "k", args("fp2", now.Add(time.Second)))
+	require.NoError(t, err)
+	require.False(t, claimed, "a second claim of a held key must not win")
+	require.Equal(t, rec.Token, again.Token)
+	require.Equal(t, "fp1", again.Fingerprint, "the stored record is returned unchanged")
+
+	got, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, rec.Token, got.Token)
+	require.Equal(t, idem.StateInProgress, got.State)
+
+	// A stale in-progress claim is not taken over by Claim: only recovery
+	// (fenced Release or Complete) may end it.
+	_, claimed, err = b.Claim(ctx, "s", "k", args("fp1", now.Add(10*lease)))
+	require.NoError(t, err)
+	require.False(t, claimed)
+
+	// Done: not claimable until it expires, claimable at its expiry.
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{
+		Result: okResult(`{"ok":true}`), At: now, ExpiresAt: now.Add(retention)}))
+	done, claimed, err := b.Claim(ctx, "s", "k", args("fp1", now.Add(retention-time.Nanosecond)))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, idem.StateDone, done.State)
+	require.Equal(t, `{"ok":true}`, string(done.Result.Body))
+	require.Equal(t, 200, done.Result.Status)
+	require.Equal(t, []string{"application/json"}, done.Result.Header["Content-Type"])
+
+	fresh, claimed, err := b.Claim(ctx, "s", "k", args("fp9", now.Add(retention)))
+	require.NoError(t, err)
+	require.True(t, claimed, "an expired record counts as absent")
+	require.NotEqual(t, rec.Token, fresh.Token)
+	require.Equal(t, "fp9", fresh.Fingerprint)
+	require.Equal(t, 1, fresh.Claims, "an expired record starts a new life")
+	require.Nil(t, fresh.Result)
+
+	// Released: claimable at once, and the story goes on.
+	require.NoError(t, b.Release(ctx, "s", "k", fresh.Token, idem.Releasing{
+		At: now.Add(retention), ExpiresAt: now.Add(2 * retention), Reason: "test"}))
+	rel, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, idem.StateReleased, rel.State)
+	next, claimed, err := b.Claim(ctx, "s", "k", args("fp9", now.Add(retention+time.Second)))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.Equal(t, 2, next.Claims)
+	require.True(t, next.FirstSeen.Equal(fresh.FirstSeen))
+}
+
+func testBackendFenced(t *testing.T, nb NewBackend) {
+	b := nb(t)
+	closeBackend(t, b)
+	now := epoch
+	rec, _, err := b.Claim(ctx, "s", "k", args("fp", now))
+	require.NoError(t, err)
+	bad := rec.Token + 1000
+
+	var fe *idem.FencedError
+	err = b.Complete(ctx, "s", "k", bad, idem.Completion{Result: okResult("x"), At: now, ExpiresAt: now.Add(retention)})
+	require.ErrorIs(t, err, idem.ErrFenced)
+	require.True(t, errors.As(err, &fe))
+	require.Equal(t, bad, fe.Token)
+	require.ErrorIs(t, b.Release(ctx, "s", "k", bad, idem.Releasing{At: now, ExpiresAt: now}), idem.ErrFenced)
+	require.ErrorIs(t, b.Extend(ctx, "s", "k", bad, now.Add(time.Hour)), idem.ErrFenced)
+	require.ErrorIs(t, b.Defer(ctx, "s", "k", bad, idem.Deferral{Checks: 3}), idem.ErrFenced)
+	require.ErrorIs(t, b.Complete(ctx, "s", "other", rec.Token, idem.Completion{At: now, ExpiresAt: now}), idem.ErrFenced)
+
+	got, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, idem.StateInProgress, got.State)
+	require.True(t, got.LeaseEnds.Equal(rec.LeaseEnds), "a fenced call changed the record")
+	require.Zero(t, got.Checks)
+
+	// The right token works once; after Complete, the claim is gone.
+	require.NoError(t, b.Extend(ctx, "s", "k", rec.Token, now.Add(time.Hour)))
+	got, err = b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.True(t, got.LeaseEnds.Equal(now.Add(time.Hour)))
+	require.NoError(t, b.Defer(ctx, "s", "k", rec.Token, idem.Deferral{Checks: 2, NextCheck: now.Add(time.Minute)}))
+	got, err = b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Checks)
+	require.True(t, got.NextCheck.Equal(now.Add(time.Minute)))
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: okResult("x"), At: now, ExpiresAt: now.Add(retention)}))
+	require.ErrorIs(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: okResult("y"), At: now, ExpiresAt: now.Add(retention)}), idem.ErrFenced)
+	require.ErrorIs(t, b.Release(ctx, "s", "k", rec.Token, idem.Releasing{At: now, ExpiresAt: now}), idem.ErrFenced)
+	got, err = b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, "x", string(got.Result.Body), "a fenced Complete overwrote the result")
+}
+
+func testBackendStale(t *testing.T, nb NewBackend) {
+	b := nb(t)
+	closeBackend(t, b)
+	now := epoch
+	// Leases ending at now+1s, now+2s, ... now+5s; one done; one deferred;
+	// one needing attention.
+	tokens := map[string]uint64{}
+	for i := 1; i <= 5; i++ {
+		a := args("fp", now)
+		a.LeaseEnds = now.Add(time.Duration(6-i) * time.Second)
+		rec, claimed, err := b.Claim(ctx, "s", keyN("k", i), a)
+		require.NoError(t, err)
+		require.True(t, claimed)
+		tokens[rec.Key] = rec.Token
+	}
+	done, _, err := b.Claim(ctx, "s", "done", args("fp", now))
+	require.NoError(t, err)
+	require.NoError(t, b.Complete(ctx, "s", "done", done.Token, idem.Completion{Result: okResult("d"), At: now, ExpiresAt: now.Add(retention)}))
+	require.NoError(t, b.Defer(ctx, "s", keyN("k", 1), tokens[keyN("k", 1)], idem.Deferral{Checks: 1, NextCheck: now.Add(time.Hour)}))
+	require.NoError(t, b.Defer(ctx, "s", keyN("k", 2), tokens[keyN("k", 2)], idem.Deferral{Checks: 5, Attention: true}))
+
+	stale, err := b.Stale(ctx, now, 10)
+	require.NoError(t, err)
+	require.Empty(t, stale, "no lease has ended yet")
+
+	stale, err = b.Stale(ctx, now.Add(time.Minute), 10)
+	require.NoError(t, err)
+	keys := []string{}
+	for _, r := range stale {
+		keys = append(keys, r.Key)
+		require.Equal(t, idem.StateInProgress, r.State)
+	}
+	require.Equal(t, []string{keyN("k", 5), keyN("k", 4), keyN("k", 3)}, keys,
+		"stale claims come oldest lease first, without deferred, attention or done records")
+
+	stale, err = b.Stale(ctx, now.Add(time.Minute), 2)
+	require.NoError(t, err)
+	require.Len(t, stale, 2)
+
+	stale, err = b.Stale(ctx, now.Add(2*time.Second), 10)
+	require.NoError(t, err)
+	require.Len(t, stale, 2, "only leases ended at or before now")
+
+	stale, err = b.Stale(ctx, now.Add(2*time.Hour), 10)
+	require.NoError(t, err)
+	require.Len(t, stale, 4, "a deferred claim comes back once its next check is due")
+}
+
+func testBackendReclaim(t *testing.T, nb NewBackend) {
+	b := nb(t)
+	closeBackend(t, b)
+	now := epoch
+	for i := range 10 {
+		rec, _, err := b.Claim(ctx, "s", keyN("k", i), args("fp", now))
+		require.NoError(t, err)
+		exp := now.Add(time.Duration(i+1) * time.Minute)
+		if i%2 == 0 {
+			require.NoError(t, b.Complete(ctx, "s", rec.Key, rec.Token, idem.Completion{Result: okResult("r"), At: now, ExpiresAt: exp}))
+		} else {
+			require.NoError(t, b.Release(ctx, "s", rec.Key, rec.Token, idem.Releasing{At: now, ExpiresAt: exp}))
+		}
+	}
+	live, _, err := b.Claim(ctx, "s", "live", args("fp", now))
+	require.NoError(t, err)
+
+	refs, err := b.Reclaim(ctx, now, 100)
+	require.NoError(t, err)
+	require.Empty(t, refs)
+
+	refs, err = b.Reclaim(ctx, now.Add(5*time.Minute), 3)
+	require.NoError(t, err)
+	require.Len(t, refs, 3, "limit bounds one call")
+	refs2, err := b.Reclaim(ctx, now.Add(5*time.Minute), 100)
+	require.NoError(t, err)
+	require.Len(t, refs2, 2, "the rest that is due, and nothing more")
+	for _, r := range append(refs, refs2...) {
+		_, err := b.Get(ctx, "s", r.Key)
+		require.ErrorIs(t, err, idem.ErrNotFound)
+	}
+	_, err = b.Get(ctx, "s", keyN("k", 5))
+	require.NoError(t, err, "a record not yet expired is kept")
+
+	// A key claimed again after it expired must not be deleted by its old
+	// expiry.
+	again, claimed, err := b.Claim(ctx, "s", keyN("k", 6), args("fp", now.Add(8*time.Minute)))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	refs, err = b.Reclaim(ctx, now.Add(time.Hour), 100)
+	require.NoError(t, err)
+	require.Len(t, refs, 4, "k-0005 and k-0007 to k-0009; k-0006 lives again")
+	got, err := b.Get(ctx, "s", keyN("k", 6))
+	require.NoError(t, err)
+	require.Equal(t, again.Token, got.Token)
+	_, err = b.Get(ctx, "s", "live")
+	require.NoError(t, err, "an open claim is never reclaimed")
+	require.NotZero(t, live.Token)
+}
+
+func testBackendCopies(t *testing.T, nb NewBackend) {
+	b := nb(t)
+	closeBackend(t, b)
+	rec, _, err := b.Claim(ctx, "s", "k", args("fp", epoch))
+	require.NoError(t, err)
+	res := okResult("body")
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: res, At: epoch, ExpiresAt: epoch.Add(retention)}))
+	res.Body[0] = 'X'
+	got, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, "body", string(got.Result.Body), "the backend kept a reference to the caller's bytes")
+	got.Result.Body[0] = 'Y'
+	got.Fingerprint = "changed"
+	again, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, "body", string(again.Result.Body))
+	require.Equal(t, "fp", again.Fingerprint)
+}

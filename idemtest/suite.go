@@ -1,0 +1,296 @@
+// Package idemtest holds the conformance suite every idem.Backend runs, and
+// the fake clock it uses.
+//
+// A backend's own tests call TestBackend with a function that returns a
+// fresh, empty backend:
+//
+//	func TestConformance(t *testing.T) {
+//		idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+//			b, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return b
+//		})
+//	}
+//
+// The suite covers every row of the contract table in the design, fencing,
+// leases and heartbeats, the error policy, retention with an injected clock
+// (it never sleeps), recovery with each resolver answer, scope isolation,
+// invalid input, and races of 64 goroutines on one key.
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/stretchr/testify/require"
+)
+
+// NewBackend returns a fresh, empty backend for one test. The suite closes
+// it (through the Store it wraps it in) when the test ends.
+type NewBackend func(t testing.TB) idem.Backend
+
+// Epoch is where the suite's fake clocks start.
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// Settings the suite's stores use; tests move the fake clock across them.
+const (
+	lease     = 10 * time.Second
+	retention = time.Hour
+)
+
+// TestBackend runs the conformance suite against the backends newBackend
+// returns.
+func TestBackend(t *testing.T, newBackend NewBackend) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, NewBackend)
+	}{
+		{"Backend_Claim", testBackendClaim},
+		{"Backend_Fenced", testBackendFenced},
+		{"Backend_Stale", testBackendStale},
+		{"Backend_Reclaim", testBackendReclaim},
+		{"Backend_Copies", testBackendCopies},
+		{"Contract_ClaimAbsent", testContractClaimAbsent},
+		{"Contract_InProgress", testContractInProgress},
+		{"Contract_Replay", testContractReplay},
+		{"Contract_Mismatch", testContractMismatch},
+		{"Contract_InvalidKey", testContractInvalidKey},
+		{"Contract_Unavailable", testContractUnavailable},
+		{"Contract_Closed", testContractClosed},
+		{"Contract_ExpiredRunsAgain", testContractExpired},
+		{"Fencing_StaleTokenChangesNothing", testFencing},
+		{"Fencing_TokensNeverRepeat", testTokensNeverRepeat},
+		{"Lease_EndsWithoutHeartbeat", testLeaseEnds},
+		{"Lease_HeartbeatKeepsClaimLive", testHeartbeat},
+		{"Lease_ExtendByHand", testExtend},
+		{"Policy_ErrorReleases", testPolicyErrorReleases},
+		{"Policy_5xxReleases", testPolicy5xxReleases},
+		{"Policy_SaveReplaysError", testPolicySave},
+		{"Policy_HoldGoesToRecovery", testPolicyHold},
+		{"Policy_PanicReleasesAndReraises", testPolicyPanic},
+		{"Retention_Override", testRetentionOverride},
+		{"Retention_SweepReclaims", testRetentionSweep},
+		{"Recovery_Committed", testRecoveryCommitted},
+		{"Recovery_NotCommitted", testRecoveryNotCommitted},
+		{"Recovery_UnknownBacksOffThenAttention", testRecoveryUnknown},
+		{"Recovery_ResolverErrorIsUnknown", testRecoveryResolverError},
+		{"Recovery_NoResolverKeepsClaim", testRecoveryNoResolver},
+		{"Recovery_SweepEachVerdict", testRecoverySweep},
+		{"Recovery_MismatchBeforeRecovery", testRecoveryMismatch},
+		{"Scope_Isolation", testScopeIsolation},
+		{"Race_64GoroutinesOneKey", testRace},
+		{"Race_DoWhileClose", testCloseDrains},
+		{"Observer_EveryTransition", testObserver},
+		{"Story_ClaimsAndTimes", testStory},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBackend) })
+	}
+}
+
+// env is one test's store, clock and recorded events.
+type env struct {
+	t      testing.TB
+	clk    *Clock
+	store  *idem.Store
+	b      idem.Backend
+	events *events
+}
+
+type option func(*idem.Options)
+
+func newEnv(t testing.TB, nb NewBackend, opts ...option) *env {
+	t.Helper()
+	e := &env{t: t, clk: NewClock(epoch), events: &events{}}
+	e.b = nb(t)
+	o := &idem.Options{
+		Clock: e.clk, SweepInterval: -1, Lease: lease, Retention: retention,
+		// Tests leave claims open; Close need not wait for them.
+		Observer: e.events, CloseTimeout: time.Millisecond,
+	}
+	for _, fn := range opts {
+		fn(o)
+	}
+	e.store = idem.New(e.b, o)
+	t.Cleanup(func() {
+		if err := e.store.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return e
+}
+
+func withResolver(r idem.Resolver) option { return func(o *idem.Options) { o.Resolver = r } }
+
+func req(key, fp string) idem.Request { return idem.Request{Scope: "tenant-a", Key: key, Fingerprint: fp} }
+
+var ctx = context.Background()
+
+// claim begins req and requires a won claim.
+func (e *env) claim(r idem.Request) *idem.Claim {
+	e.t.Helper()
+	c, res, err := e.store.Begin(ctx, r)
+	require.NoError(e.t, err)
+	require.Nil(e.t, res, "expected a claim, got a replay")
+	require.NotNil(e.t, c)
+	return c
+}
+
+// replay begins req and requires a replayed result.
+func (e *env) replay(r idem.Request) *idem.Result {
+	e.t.Helper()
+	c, res, err := e.store.Begin(ctx, r)
+	require.NoError(e.t, err)
+	require.Nil(e.t, c, "expected a replay, got a claim")
+	require.NotNil(e.t, res)
+	return res
+}
+
+func (e *env) get(r idem.Request) *idem.Record {
+	e.t.Helper()
+	rec, err := e.store.Get(ctx, r.Scope, r.Key)
+	require.NoError(e.t, err)
+	return rec
+}
+
+// events records what the store observed.
+type events struct {
+	mu   sync.Mutex // guards list and subs
+	list []idem.Event
+	subs []chan idem.Event
+}
+
+func (l *events) Observe(e idem.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, e)
+	for _, s := range l.subs {
+		select {
+		case s <- e:
+		default:
+		}
+	}
+}
+
+func (l *events) subscribe() <-chan idem.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := make(chan idem.Event, 1024)
+	l.subs = append(l.subs, ch)
+	return ch
+}
+
+func (l *events) count(kind idem.EventKind, key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.list {
+		if e.Kind == kind && (key == "" || e.Key == key) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor receives from ch until an event of kind arrives. The timeout only
+// turns a hang into a failure; it asserts nothing about speed.
+func waitFor(t testing.TB, ch <-chan idem.Event, kind idem.EventKind) idem.Event {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case e := <-ch:
+			if e.Kind == kind {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %s event arrived", kind)
+			return idem.Event{}
+		}
+	}
+}
+
+// resolverFunc counts calls and answers with fn.
+type countingResolver struct {
+	mu    sync.Mutex // guards calls and seen
+	calls int
+	seen  []*idem.Record
+	fn    func(*idem.Record) (idem.Resolution, error)
+}
+
+func (r *countingResolver) Resolve(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
+	r.mu.Lock()
+	r.calls++
+	r.seen = append(r.seen, rec)
+	r.mu.Unlock()
+	return r.fn(rec)
+}
+
+func (r *countingResolver) n() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls
+}
+
+func answer(v idem.Verdict, res idem.Result) *countingResolver {
+	return &countingResolver{fn: func(*idem.Record) (idem.Resolution, error) {
+		return idem.Resolution{Verdict: v, Result: res}, nil
+	}}
+}
+
+func okResult(body string) idem.Result {
+	return idem.Result{Status: 200, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(body)}
+}
+
+func keyN(prefix string, i int) string { return fmt.Sprintf("%s-%04d", prefix, i) }
+
+// failing wraps a backend and fails every call while fail is set.
+type failing struct {
+	idem.Backend
+	mu   sync.Mutex // guards fail
+	fail bool
+}
+
+var errInjected = fmt.Errorf("%w: injected failure", idem.ErrUnavailable)
+
+func (f *failing) broken() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail
+}
+
+func (f *failing) set(v bool) {
+	f.mu.Lock()
+	f.fail = v
+	f.mu.Unlock()
+}
+
+func (f *failing) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs) (*idem.Record, bool, error) {
+	if f.broken() {
+		return nil, false, errInjected
+	}
+	return f.Backend.Claim(ctx, scope, key, a)
+}
+
+func (f *failing) Complete(ctx context.Context, scope, key string, token uint64, c idem.Completion) error {
+	if f.broken() {
+		return errInjected
+	}
+	return f.Backend.Complete(ctx, scope, key, token, c)
+}
+
+func (f *failing) Get(ctx context.Context, scope, key string) (*idem.Record, error) {
+	if f.broken() {
+		return nil, errInjected
+	}
+	return f.Backend.Get(ctx, scope, key)
+}
+
+func isUnavailable(err error) bool { return errors.Is(err, idem.ErrUnavailable) }
