@@ -129,7 +129,9 @@ func newEnv(t testing.TB, nb NewBackend, opts ...option) *env {
 
 func withResolver(r idem.Resolver) option { return func(o *idem.Options) { o.Resolver = r } }
 
-func req(key, fp string) idem.Request { return idem.Request{Scope: "tenant-a", Key: key, Fingerprint: fp} }
+func req(key, fp string) idem.Request {
+	return idem.Request{Scope: "tenant-a", Key: key, Fingerprint: fp}
+}
 
 var ctx = context.Background()
 
