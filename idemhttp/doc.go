@@ -1,0 +1,112 @@
+// Package idemhttp puts the Idempotency-Key contract on net/http: a
+// middleware for tool servers that runs each keyed request once and
+// replays its response to every repeat, and a Transport for the agent side
+// that retries with the same key.
+//
+// A tool server needs one line:
+//
+//	store, _ := idem.Open("/var/lib/tools/idem", nil)
+//	mux.Handle("POST /refunds", idemhttp.Middleware(store, nil)(refunds))
+//
+// An agent derives the key once, when it plans the effect, and sends it on
+// every attempt:
+//
+//	client := idemhttp.NewClient(nil)
+//	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+//	resp, err := client.Do(idemhttp.WithKey(req, idem.StepKey(runID, step, "refund")))
+//
+// # Semantics
+//
+// The middleware applies to the methods in Options.Methods (POST and PATCH
+// by default) unless Options.Skip says otherwise; other requests pass
+// through untouched. A request it applies to is answered as follows:
+//
+//	missing Idempotency-Key                   400 missing-key
+//	malformed key, or the header twice        400 invalid-key
+//	Options.Scope failed                      400 invalid-scope (401 if ErrUnauthenticated)
+//	body over Options.MaxBodyBytes            413 body-too-large
+//	body not fingerprintable (bad JSON ...)   400 invalid-body
+//	first request for (scope, key)            the handler runs; its response is recorded
+//	repeat, first one done                    the saved response, Idempotent-Replayed: true
+//	repeat, first one still running          409 in-progress, Retry-After (or wait: Options.Wait)
+//	repeat with another method, route, body   422 mismatch; the handler does not run
+//	earlier attempt's outcome unknown         Options.UnknownStatus (503) outcome-unknown
+//	store unavailable or closed               503 unavailable, Retry-After; the handler does not run
+//	repeat, response was too large to keep    first status, response-not-kept, Idempotent-Replayed: true
+//
+// Refusals are application/problem+json (RFC 9457) with the stable type
+// URIs of the Problem* constants; their detail names the key, never the
+// body.
+//
+// The key is accepted bare (abc) or as a structured-field string ("abc");
+// both name the same key. Its record lives under the scope that
+// Options.Scope returns, so the same key from two principals is two
+// records and one can never replay the other's response. The fingerprint
+// is idem's canonical digest of the method, the route (Options.Route: the
+// path and sorted query by default) and the body: JSON bodies compare by
+// meaning, other bodies byte for byte.
+//
+// The handler's response is recorded, and the store's idem.Policy decides
+// what happens to it: by default 5xx and panics release the claim (a retry
+// runs again) and everything else is saved; StatusPolicy also releases
+// 408, 425 and 429. A panic in the handler releases the claim and is
+// re-raised for net/http (http.ErrAbortHandler included). While the
+// handler runs, its claim's lease is extended every Lease/3, and the
+// request context is cancelled if the claim is lost to recovery.
+//
+// Saved are the status, the headers of Options.SavedHeaders (never
+// Set-Cookie), and the body up to Options.MaxResponseBytes. A larger
+// response runs once and reaches the first caller whole; only the fact
+// that it ran is saved, and a repeat gets a response-not-kept problem with
+// the first run's status: it learns that the effect happened, and it never
+// happens twice.
+//
+// The response is held back until it is saved: when the handler returns,
+// the result is made durable first and then sent, so that a client never
+// holds an answer the store could forget. A handler that flushes (server-
+// sent events, progress) or whose response outgrows MaxResponseBytes
+// switches the recorder to streaming: what it wrote goes out at once, every
+// later write goes straight through, http.Flusher and
+// http.ResponseController keep working, and the result is saved when the
+// handler returns. A handler that never calls WriteHeader answers 200, as
+// under net/http.
+//
+// The Transport retries a request that carries a key, or has a safe
+// method, on connection errors, timeouts and 409, 429, 502, 503 and 504,
+// with exponential backoff and full jitter or the server's Retry-After,
+// until Transport.MaxAttempts or Transport.MaxElapsed; it re-sends the
+// body each time. It never retries an unsafe request without a key. When it
+// gives up it returns a *RetryError naming the key and the attempts, with
+// the last response's Problem.
+//
+// # Caveats
+//
+//   - The request body is read whole into memory (bounded by MaxBodyBytes)
+//     before the handler runs, and so is the response copy (bounded by
+//     MaxResponseBytes). Streaming uploads do not belong behind it.
+//   - A streamed response reaches the client before it is saved: if the
+//     process dies in between, the claim is orphaned and recovery decides
+//     through the store's Resolver, as for any crash after the effect.
+//   - If the result cannot be saved (the store failed after the handler
+//     ran), the first caller still gets the handler's response; the claim
+//     stays in progress for recovery, and repeats get 409 or
+//     outcome-unknown until it is resolved, never a second run.
+//   - Headers set after WriteHeader reach the first caller while the
+//     response is still held back (net/http would ignore them), and
+//     trailers reach only the first caller: neither is saved.
+//   - A handler that hijacks the connection, or writes through the writer
+//     that http.ResponseController unwraps to, bypasses the recorder: what it
+//     sends is neither kept nor replayed.
+//   - Options.Route defaults to the concrete path. A route pattern (chi's
+//     or r.Pattern) leaves out path parameters: use it only when they are
+//     also in the body, or a key reused on /orders/1 and /orders/2 would
+//     replay the first order's response for the second.
+//   - A replay is the saved response as it was: headers that outer
+//     middleware sets per request (request ids, dates) are set afresh.
+//   - Retry-After on 409 is a hint (Options.RetryAfter, one second by
+//     default), not the lease end, which is only when a dead holder's claim
+//     would be recovered.
+//   - The Transport buffers a request body that has no GetBody, to send it
+//     again. Its AttemptTimeout and the cancelling of an attempt at
+//     MaxElapsed run on the wall clock, whatever Transport.Clock is.
+package idemhttp

@@ -1,0 +1,235 @@
+package idemhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// newStore opens an in-memory store without a background sweep and closes
+// it when the test ends.
+func newStore(t testing.TB, o *idem.Options) *idem.Store {
+	t.Helper()
+	var opts idem.Options
+	if o != nil {
+		opts = *o
+	}
+	opts.Badger.InMemory = true
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = -1
+	}
+	s, err := idem.Open("", &opts)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newServer serves h on 127.0.0.1 over real TCP, with net/http's panic
+// logs discarded.
+func newServer(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// counter is a handler that counts its runs and answers 201 with a JSON
+// body naming the run, plus a few headers to save or not.
+type counter struct {
+	mu   sync.Mutex
+	runs int
+	body []string // the request bodies it saw
+}
+
+func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	c.mu.Lock()
+	c.runs++
+	n := c.runs
+	c.body = append(c.body, string(b))
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/refunds/r"+strconv.Itoa(n))
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.Header().Set("X-Not-Saved", "1")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"refund":"r`+strconv.Itoa(n)+`"}`)
+}
+
+func (c *counter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs
+}
+
+// reply is a response read whole.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r reply) problem(t testing.TB) idemhttp.Problem {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != idemhttp.ProblemContentType {
+		t.Fatalf("Content-Type %q, want %q (status %d, body %s)", ct, idemhttp.ProblemContentType, r.status, r.body)
+	}
+	var p idemhttp.Problem
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.body, err)
+	}
+	if p.Status != r.status {
+		t.Fatalf("problem status %d, response status %d", p.Status, r.status)
+	}
+	return p
+}
+
+// send makes one request with a plain client; key "" sends no key header,
+// and extra headers are added as given. It may run on any goroutine: a
+// failure is reported with t.Errorf and gives a reply with status -1.
+func send(t testing.TB, method, url, key, body string, extra ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return reply{status: -1}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(idemhttp.HeaderKey, key)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Add(extra[i], extra[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return reply{status: -1}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("%s %s: read body: %v", method, url, err)
+		return reply{status: -1}
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// manualClock is an idem.Clock that moves only when told.
+type manualClock struct {
+	mu      sync.Mutex // guards now and waiters
+	now     time.Time
+	waiters []waiter
+	added   chan struct{} // receives when After registers a waiter
+}
+
+type waiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), added: make(chan struct{}, 1024)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, waiter{at: c.now.Add(d), ch: ch})
+	select {
+	case c.added <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- c.now
+	}
+	c.waiters = kept
+}
+
+// autoClock is an idem.Clock for the Transport: every After returns at
+// once, moving the clock on by the wait and recording it, so backoff and
+// Retry-After are checked without sleeping.
+type autoClock struct {
+	mu     sync.Mutex // guards now, waits and onWait
+	now    time.Time
+	waits  []time.Duration
+	onWait func(d time.Duration)
+}
+
+func newAutoClock() *autoClock {
+	return &autoClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *autoClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *autoClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.waits = append(c.waits, d)
+	now, hook := c.now, c.onWait
+	c.mu.Unlock()
+	if hook != nil {
+		hook(d)
+	}
+	ch := make(chan time.Time, 1)
+	ch <- now
+	return ch
+}
+
+func (c *autoClock) Waits() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.waits...)
+}
+
+// recordGet returns the stored record of (scope, key).
+func recordGet(t testing.TB, s *idem.Store, scope, key string) *idem.Record {
+	t.Helper()
+	rec, err := s.Get(context.Background(), scope, key)
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	return rec
+}

@@ -1,0 +1,444 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultMaxBodyBytes     = 1 << 20
+	DefaultMaxResponseBytes = 1 << 20
+	DefaultRetryAfter       = time.Second
+	DefaultUnknownStatus    = http.StatusServiceUnavailable
+)
+
+// unavailableRetryAfter is the Retry-After sent with 503 unavailable.
+const unavailableRetryAfter = time.Second
+
+// Polling bounds while Options.Wait waits for a running first attempt.
+const (
+	firstPoll = 10 * time.Millisecond
+	maxPoll   = 250 * time.Millisecond
+)
+
+// Options configure Middleware. Nil Options, and every zero field, mean the
+// documented default.
+type Options struct {
+	// Methods lists the methods that need an Idempotency-Key. Requests with
+	// other methods pass through untouched. Default POST and PATCH.
+	Methods []string
+
+	// Skip, if set, lets a request through untouched when it returns true:
+	// the per-route opt-out for read-only tools. Default none.
+	Skip func(*http.Request) bool
+
+	// Scope returns the scope of a request's key: a tenant, principal or
+	// tool. The same key in two scopes is two records, so a key sent by one
+	// principal never replays another's response. An error answers 401 if
+	// it wraps ErrUnauthenticated and 400 otherwise, and the handler does
+	// not run. Default: the empty scope (one tenant).
+	Scope func(*http.Request) (string, error)
+
+	// Route names what a request targets, for its fingerprint: a key sent
+	// again to another route is a mismatch (422). Default: the URL path
+	// and, if any, the query with its parameters sorted. A route pattern
+	// such as r.Pattern is only right when the path parameters it leaves
+	// out are also in the body: two orders refunded with one key and one
+	// body must not share a fingerprint.
+	Route func(*http.Request) string
+
+	// MaxBodyBytes bounds the request body, which is read whole to be
+	// fingerprinted and handed on. A larger body gets 413 and the handler
+	// does not run. Default 1 MiB.
+	MaxBodyBytes int64
+
+	// MaxJSONDepth bounds the nesting of JSON bodies when fingerprinting.
+	// Default: the core fingerprinter's default.
+	MaxJSONDepth int
+
+	// MaxResponseBytes bounds the response body kept for replay. A larger
+	// response still runs once and streams to the first caller; the store
+	// records that it ran (idem.Result.Truncated), and a repeat gets a
+	// ProblemResponseNotKept answer with the first run's status, never a
+	// second run. Default 1 MiB.
+	MaxResponseBytes int
+
+	// SavedHeaders lists the response headers saved and replayed. Default
+	// Content-Type, Content-Encoding, Content-Language, Content-Location,
+	// Location, Cache-Control, ETag, Last-Modified and Link. Set-Cookie is
+	// never saved, even if listed: a replay must not hand one caller's
+	// session to another, nor renew a stale one. Nor are the framing
+	// headers Content-Length, Transfer-Encoding, Connection and Trailer.
+	SavedHeaders []string
+
+	// Wait is how long a request whose key is in progress waits for the
+	// first attempt to finish, polling the store, and then replays its
+	// response (or runs, if the first attempt was released). Zero answers
+	// 409 with Retry-After at once. Default 0.
+	Wait time.Duration
+
+	// RetryAfter is the Retry-After sent with 409 in progress: most first
+	// attempts finish well before their lease ends, so it is a short hint,
+	// capped by the lease end. Default 1 second.
+	RetryAfter time.Duration
+
+	// UnknownStatus is the status answered when an earlier attempt's
+	// outcome is unknown (ProblemOutcomeUnknown). Default 503, with
+	// Retry-After when recovery will ask again: the server cannot answer
+	// yet, the request must not run, and a 409 would promise a result that
+	// no running attempt will deliver.
+	UnknownStatus int
+
+	// Retention overrides the store's retention for the records this
+	// middleware writes, when positive.
+	Retention time.Duration
+}
+
+func defaultSavedHeaders() []string {
+	return []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Location",
+		"Location", "Cache-Control", "Etag", "Last-Modified", "Link"}
+}
+
+// middleware is the configuration in force; it is never changed after
+// Middleware returns, so requests read it without locks.
+type middleware struct {
+	store       *idem.Store
+	methods     map[string]bool
+	skip        func(*http.Request) bool
+	scope       func(*http.Request) (string, error)
+	route       func(*http.Request) string
+	maxBody     int64
+	fp          fingerprinter
+	maxResponse int
+	keep        map[string]bool
+	wait        time.Duration
+	retryAfter  time.Duration
+	unknown     int
+	retention   time.Duration
+	clock       idem.Clock
+}
+
+// Middleware returns net/http middleware that runs each keyed request's
+// handler once per (scope, key) and replays its response to every repeat.
+// It panics if store is nil or opts is malformed (a negative size or
+// duration, an empty method, an UnknownStatus outside 400 to 599); it never
+// panics per request.
+//
+// The store's options are in force: its Policy decides whether a response
+// is saved, released (5xx and panics by default) or held, its Clock times
+// leases and waits, and its Lease is extended while the handler runs.
+func Middleware(store *idem.Store, opts *Options) func(http.Handler) http.Handler {
+	m := newMiddleware(store, opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m.serve(w, r, next)
+		})
+	}
+}
+
+func newMiddleware(store *idem.Store, opts *Options) *middleware {
+	if store == nil {
+		panic("idemhttp: Middleware needs a store")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.MaxBodyBytes < 0:
+		panic("idemhttp: negative MaxBodyBytes")
+	case o.MaxResponseBytes < 0:
+		panic("idemhttp: negative MaxResponseBytes")
+	case o.MaxJSONDepth < 0:
+		panic("idemhttp: negative MaxJSONDepth")
+	case o.Wait < 0:
+		panic("idemhttp: negative Wait")
+	case o.RetryAfter < 0:
+		panic("idemhttp: negative RetryAfter")
+	case o.Retention < 0:
+		panic("idemhttp: negative Retention")
+	case o.UnknownStatus != 0 && (o.UnknownStatus < 400 || o.UnknownStatus > 599):
+		panic(fmt.Sprintf("idemhttp: UnknownStatus %d is not an error status", o.UnknownStatus))
+	}
+	m := &middleware{
+		store: store, skip: o.Skip, scope: o.Scope, route: o.Route,
+		maxBody: o.MaxBodyBytes, maxResponse: o.MaxResponseBytes, wait: o.Wait,
+		retryAfter: o.RetryAfter, unknown: o.UnknownStatus, retention: o.Retention,
+		clock: store.Options().Clock,
+	}
+	methods := o.Methods
+	if len(methods) == 0 {
+		methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	m.methods = make(map[string]bool, len(methods))
+	for _, meth := range methods {
+		if meth == "" {
+			panic("idemhttp: empty method in Methods")
+		}
+		m.methods[strings.ToUpper(meth)] = true
+	}
+	if m.scope == nil {
+		m.scope = func(*http.Request) (string, error) { return "", nil }
+	}
+	if m.route == nil {
+		m.route = defaultRoute
+	}
+	if m.maxBody == 0 {
+		m.maxBody = DefaultMaxBodyBytes
+	}
+	if m.maxResponse == 0 {
+		m.maxResponse = DefaultMaxResponseBytes
+	}
+	if m.retryAfter == 0 {
+		m.retryAfter = DefaultRetryAfter
+	}
+	if m.unknown == 0 {
+		m.unknown = DefaultUnknownStatus
+	}
+	m.fp = fingerprinter{MaxBytes: int(m.maxBody), MaxDepth: o.MaxJSONDepth}
+	saved := o.SavedHeaders
+	if saved == nil {
+		saved = defaultSavedHeaders()
+	}
+	m.keep = make(map[string]bool, len(saved))
+	for _, h := range saved {
+		if ch := http.CanonicalHeaderKey(h); !dropped(ch) {
+			m.keep[ch] = true
+		}
+	}
+	return m
+}
+
+// defaultRoute is the path, and the query in a canonical order.
+func defaultRoute(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return r.URL.Path
+	}
+	return r.URL.Path + "?" + r.URL.Query().Encode()
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.methods[r.Method] || (m.skip != nil && m.skip(r)) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header.Values(HeaderKey)
+	if len(values) == 0 {
+		writeProblem(w, Problem{Type: ProblemMissingKey, Title: "Idempotency-Key missing", Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%s %s needs an %s header: derive one key per intended effect and send it on every retry",
+				r.Method, r.URL.Path, HeaderKey)}, 0)
+		return
+	}
+	key, err := parseKey(values)
+	if err != nil {
+		writeProblem(w, Problem{Type: ProblemInvalidKey, Title: "Idempotency-Key invalid", Status: http.StatusBadRequest,
+			Detail: strings.TrimPrefix(err.Error(), "idem: ") +
+				fmt.Sprintf("; a key is 1 to %d printable ASCII characters", idem.MaxKeyLen)}, 0)
+		return
+	}
+	scope, err := m.scope(r)
+	if err == nil {
+		err = idem.ValidateScope(scope)
+	}
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, ErrUnauthenticated) {
+			status = http.StatusUnauthorized
+		}
+		writeProblem(w, Problem{Type: ProblemInvalidScope, Title: "Idempotency scope not determined", Status: status,
+			Key: key, Detail: fmt.Sprintf("key %q: %v", key, err)}, 0)
+		return
+	}
+
+	body, ok := m.readBody(w, r, key)
+	if !ok {
+		return
+	}
+	fp, err := m.fp.Sum(r.Method, m.route(r), r.Header.Get("Content-Type"), body)
+	if err != nil {
+		if errors.Is(err, idem.ErrBodyTooLarge) {
+			m.tooLarge(w, key)
+			return
+		}
+		writeProblem(w, Problem{Type: ProblemInvalidBody, Title: "Request body not accepted", Status: http.StatusBadRequest,
+			Key: key, Detail: fmt.Sprintf("key %q: %s", key, strings.TrimPrefix(err.Error(), "idem: "))}, 0)
+		return
+	}
+	// The handler gets the body it would have had, read from memory.
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.ContentLength = int64(len(body))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+
+	m.run(w, r2, next, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: m.retention})
+}
+
+// readBody reads the whole body, bounded by MaxBodyBytes. It answers the
+// request itself and returns false when it cannot.
+func (m *middleware) readBody(w http.ResponseWriter, r *http.Request, key string) ([]byte, bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	if r.ContentLength > m.maxBody {
+		m.tooLarge(w, key)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			m.tooLarge(w, key)
+			return nil, false
+		}
+		writeProblem(w, Problem{Type: ProblemInvalidBody, Title: "Request body not accepted", Status: http.StatusBadRequest,
+			Key: key, Detail: fmt.Sprintf("key %q: the request body could not be read: %v", key, err)}, 0)
+		return nil, false
+	}
+	return body, true
+}
+
+func (m *middleware) tooLarge(w http.ResponseWriter, key string) {
+	writeProblem(w, Problem{Type: ProblemBodyTooLarge, Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+		Key: key, Detail: fmt.Sprintf("key %q: the request body is over the %d bytes accepted", key, m.maxBody)}, 0)
+}
+
+// run claims the key and runs the handler, or replays, waits or refuses.
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, req idem.Request) {
+	ctx := r.Context()
+	var deadline time.Time
+	if m.wait > 0 {
+		deadline = m.clock.Now().Add(m.wait)
+	}
+	poll := firstPoll
+	for {
+		var rec *recorder
+		res, replayed, err := m.store.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
+			// Do extends the lease while this runs and cancels ctx if the
+			// claim is lost; a panic releases the claim and is re-raised.
+			rec = newRecorder(w, m.maxResponse)
+			next.ServeHTTP(rec, r.WithContext(ctx))
+			return rec.result(m.keep), nil
+		})
+		if rec != nil {
+			// The handler ran. Do saved, released or held its result as the
+			// store's policy said, before anything buffered goes out. If
+			// the result could not be recorded (err wraps ErrUnavailable)
+			// the client still gets the response the handler made: the
+			// claim stays for recovery, and a retry never runs it twice.
+			rec.commit()
+			return
+		}
+		var saved *idem.SavedError
+		if err == nil && replayed || errors.As(err, &saved) {
+			m.replay(w, req.Key, res)
+			return
+		}
+		var inProgress *idem.InProgressError
+		if errors.As(err, &inProgress) && m.wait > 0 && ctx.Err() == nil {
+			if now := m.clock.Now(); now.Before(deadline) {
+				select {
+				case <-ctx.Done():
+				case <-m.clock.After(min(poll, deadline.Sub(now))):
+				}
+				poll = min(2*poll, maxPoll)
+				continue
+			}
+		}
+		m.refuse(w, req.Key, err)
+		return
+	}
+}
+
+// replay answers with a saved result, marked as replayed.
+func (m *middleware) replay(w http.ResponseWriter, key string, res idem.Result) {
+	h := w.Header()
+	h.Set(HeaderReplayed, "true")
+	status := res.Status
+	switch {
+	case res.Truncated:
+		if status == 0 {
+			status = http.StatusOK
+		}
+		writeProblem(w, Problem{Type: ProblemResponseNotKept, Title: "Request ran; response not kept", Status: status, Key: key,
+			Detail: fmt.Sprintf("the request with key %q ran once and answered %d, but its response was larger than the "+
+				"%d bytes kept for replay; it will not run again for this key", key, status, m.maxResponse)}, 0)
+		return
+	case status == 0 && res.Error != "":
+		writeProblem(w, Problem{Type: ProblemSavedError, Title: "Request ran and failed", Status: http.StatusInternalServerError,
+			Key: key, Detail: fmt.Sprintf("the request with key %q ran once and failed; its saved error is replayed", key)}, 0)
+		return
+	case status == 0:
+		status = http.StatusOK
+	}
+	for k, v := range res.Header {
+		ck := http.CanonicalHeaderKey(k)
+		if dropped(ck) {
+			continue
+		}
+		h[ck] = append([]string(nil), v...)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(res.Body)
+}
+
+// dropped reports whether a canonical header name is never saved nor
+// replayed, whatever SavedHeaders lists.
+func dropped(header string) bool {
+	switch header {
+	case "Set-Cookie", "Content-Length", "Transfer-Encoding", "Connection", "Trailer":
+		return true
+	}
+	return false
+}
+
+// refuse answers a request that must not run now.
+func (m *middleware) refuse(w http.ResponseWriter, key string, err error) {
+	var (
+		inProgress *idem.InProgressError
+		mismatch   *idem.MismatchError
+		unknown    *idem.OutcomeUnknownError
+	)
+	switch {
+	case errors.As(err, &inProgress):
+		ra := min(m.retryAfter, inProgress.RetryAfter(m.clock.Now()))
+		writeProblem(w, Problem{Type: ProblemInProgress, Title: "Request in progress", Status: http.StatusConflict, Key: key,
+			Detail: fmt.Sprintf("a request with key %q is still running; retry with the same key to get its response", key)}, ra)
+	case errors.As(err, &mismatch):
+		writeProblem(w, Problem{Type: ProblemMismatch, Title: "Idempotency-Key reused with a different request",
+			Status: http.StatusUnprocessableEntity, Key: key,
+			Detail: fmt.Sprintf("key %q was first used with a different method, route or body; it names that one "+
+				"intended effect and was not run again: send the original request, or a new key for a new effect", key)}, 0)
+	case errors.As(err, &unknown):
+		var ra time.Duration
+		detail := fmt.Sprintf("an earlier attempt with key %q stopped before its outcome was recorded, and it is not yet "+
+			"known whether it took effect; it will not run again until recovery decides", key)
+		switch {
+		case unknown.Attention:
+			detail = fmt.Sprintf("an earlier attempt with key %q stopped before its outcome was recorded, and recovery "+
+				"could not tell whether it took effect: an operator must decide; it will not run again", key)
+		case !unknown.NextCheck.IsZero():
+			ra = max(unknown.NextCheck.Sub(m.clock.Now()), time.Second)
+		}
+		writeProblem(w, Problem{Type: ProblemOutcomeUnknown, Title: "Outcome of an earlier attempt unknown",
+			Status: m.unknown, Key: key, Detail: detail}, ra)
+	case errors.Is(err, idem.ErrInvalidKey):
+		writeProblem(w, Problem{Type: ProblemInvalidKey, Title: "Idempotency-Key invalid", Status: http.StatusBadRequest,
+			Key: key, Detail: strings.TrimPrefix(err.Error(), "idem: ")}, 0)
+	default:
+		// ErrUnavailable, ErrClosed, ErrCorrupt, a cancelled request: the
+		// handler did not run, and the key is as it was.
+		writeProblem(w, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable",
+			Status: http.StatusServiceUnavailable, Key: key,
+			Detail: fmt.Sprintf("the request with key %q was not run: its idempotency record could not be read or "+
+				"written; retry with the same key", key)}, unavailableRetryAfter)
+	}
+}
