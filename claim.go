@@ -100,8 +100,12 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			c := &Claim{s: s, scope: req.Scope, key: req.Key, token: rec.Token, lease: lease,
 				retention: retention, leaseEnds: rec.LeaseEnds}
 			if !s.claimStarted() {
-				// Close began while we claimed: give the key back.
-				_ = c.end(context.WithoutCancel(ctx), Release, Result{}, "store closing")
+				// Close began while we claimed: give the key back. The claim
+				// was never counted, so it bypasses end.
+				_ = s.fencedCall(func() error {
+					return s.b.Release(context.WithoutCancel(ctx), req.Scope, req.Key, rec.Token,
+						Releasing{At: now, ExpiresAt: expiresAt(now, retention), Reason: "store closing"})
+				})
 				return nil, nil, ErrClosed
 			}
 			s.observe(Event{Kind: EventClaimed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
