@@ -116,9 +116,6 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.Logger != nil {
 		obs = append(obs, SlogObserver(c.Logger))
-		if c.Badger.Logger == nil {
-			c.Badger.Logger = c.Logger
-		}
 	}
 	switch len(obs) {
 	case 0:
@@ -155,14 +152,20 @@ type Store struct {
 // backend. Claims left open by an earlier process are orphaned at once and
 // resolved by recovery. With opts.Badger.InMemory, dir is ignored.
 func Open(dir string, opts *Options) (*Store, error) {
-	o := opts.withDefaults()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	bo := o.Badger
 	bo.Durability = o.Durability
+	if bo.Logger == nil {
+		bo.Logger = o.Logger
+	}
 	b, err := OpenBadger(dir, bo)
 	if err != nil {
 		return nil, err
 	}
-	return New(b, &o), nil
+	return New(b, opts), nil
 }
 
 // New returns a Store over any Backend, such as pgstore's. The Store owns

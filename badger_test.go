@@ -1,0 +1,213 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/stretchr/testify/require"
+)
+
+var bg = context.Background()
+
+// openStore opens a Badger store in dir with a fake clock and no
+// background sweep, closing it when the test ends.
+func openStore(t testing.TB, dir string, o *idem.Options) *idem.Store {
+	t.Helper()
+	if o == nil {
+		o = &idem.Options{}
+	}
+	if o.Clock == nil {
+		o.Clock = idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = -1
+	}
+	if o.CloseTimeout == 0 {
+		o.CloseTimeout = time.Millisecond // tests leave claims open on purpose
+	}
+	s, err := idem.Open(dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func ok(body string) func(context.Context) (idem.Result, error) {
+	return func(context.Context) (idem.Result, error) { return idem.Result{Status: 200, Body: []byte(body)}, nil }
+}
+
+func TestBadger_Reopen_KeepsResultsAndNeverRepeatsTokens(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, nil)
+	tokens := map[uint64]bool{}
+	for _, k := range []string{"a", "b", "c"} {
+		c, _, err := s.Begin(bg, idem.Request{Key: k})
+		require.NoError(t, err)
+		tokens[c.Token()] = true
+		require.NoError(t, c.Complete(bg, idem.Result{Status: 201, Body: []byte(k)}))
+	}
+	require.NoError(t, s.Close())
+
+	s = openStore(t, dir, nil)
+	for _, k := range []string{"a", "b", "c"} {
+		res, replayed, err := s.Do(bg, idem.Request{Key: k}, ok("again"))
+		require.NoError(t, err)
+		require.True(t, replayed)
+		require.Equal(t, k, string(res.Body))
+	}
+	for _, k := range []string{"d", "e"} {
+		c, _, err := s.Begin(bg, idem.Request{Key: k})
+		require.NoError(t, err)
+		require.False(t, tokens[c.Token()], "token %d was handed out before the restart", c.Token())
+		require.NoError(t, c.Release(bg, "test"))
+	}
+}
+
+func TestBadger_Open_LockedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, dir, nil)
+	_, err := idem.Open(dir, nil)
+	require.ErrorIs(t, err, idem.ErrUnavailable, "a second process must be refused, not share the directory")
+}
+
+func TestBadger_Open_ReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, nil)
+	_, _, err := s.Do(bg, idem.Request{Key: "k"}, ok("saved"))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	ro := openStore(t, dir, &idem.Options{Badger: idem.BadgerOptions{ReadOnly: true}})
+	rec, err := ro.Get(bg, "", "k")
+	require.NoError(t, err)
+	require.Equal(t, "saved", string(rec.Result.Body))
+	_, _, err = ro.Begin(bg, idem.Request{Key: "new"})
+	require.ErrorIs(t, err, idem.ErrUnavailable)
+	_, err = ro.Sweep(bg)
+	require.ErrorIs(t, err, idem.ErrUnavailable)
+}
+
+func TestBadger_Open_NotADirectory(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(f, []byte("x"), 0o600))
+	_, err := idem.Open(f, nil)
+	require.ErrorIs(t, err, idem.ErrUnavailable)
+}
+
+func TestBadger_CorruptRecord(t *testing.T) {
+	b, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+	require.NoError(t, err)
+	s := idem.New(b, &idem.Options{SweepInterval: -1})
+	t.Cleanup(func() { _ = s.Close() })
+	// Write garbage where the record of ("", "bad") lives: r, scope length 0, key.
+	require.NoError(t, b.DB().Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte("r\x00bad"), []byte{0xc1, 0xff, 0x00})
+	}))
+	ran := false
+	_, _, err = s.Do(bg, idem.Request{Key: "bad"}, func(context.Context) (idem.Result, error) {
+		ran = true
+		return idem.Result{}, nil
+	})
+	require.ErrorIs(t, err, idem.ErrCorrupt)
+	require.False(t, ran, "an effect ran over a record that could not be read")
+	_, err = s.Get(bg, "", "bad")
+	require.ErrorIs(t, err, idem.ErrCorrupt)
+	// Other keys are unaffected, and a sweep is not stuck on it.
+	_, _, err = s.Do(bg, idem.Request{Key: "good"}, ok("x"))
+	require.NoError(t, err)
+	_, err = s.Sweep(bg)
+	require.NoError(t, err)
+}
+
+func TestStore_BackgroundSweep_RecoversWithInjectedClock(t *testing.T) {
+	clk := idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	recovered := make(chan idem.Event, 16)
+	s := openStore(t, t.TempDir(), &idem.Options{
+		Clock: clk, SweepInterval: time.Minute, Lease: 10 * time.Second,
+		Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
+			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 200, Body: []byte("ledger")}}, nil
+		}),
+		Observer: idem.ObserverFunc(func(e idem.Event) {
+			if e.Kind == idem.EventRecovered {
+				recovered <- e
+			}
+		}),
+	})
+	_, _, err := s.Begin(bg, idem.Request{Key: "orphan"})
+	require.NoError(t, err)
+	clk.BlockUntil(1) // the background sweep waits for its next turn
+	clk.Advance(time.Minute)
+	select {
+	case e := <-recovered:
+		require.Equal(t, "orphan", e.Key)
+		require.Equal(t, "committed", e.Verdict)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the background sweep did not recover the stale claim")
+	}
+	rec, err := s.Get(bg, "", "orphan")
+	require.NoError(t, err)
+	require.Equal(t, idem.StateDone, rec.State)
+}
+
+func TestStore_Close_WhileRequestsInFlight(t *testing.T) {
+	s := openStore(t, t.TempDir(), &idem.Options{CloseTimeout: time.Second})
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; ; i++ {
+				_, _, err := s.Do(bg, idem.Request{Key: idemKey(g, i)}, ok("x"))
+				if errors.Is(err, idem.ErrClosed) {
+					return
+				}
+				if err != nil && !errors.Is(err, idem.ErrClosed) {
+					t.Errorf("unexpected error: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	require.NoError(t, s.Close(), "Close under load must neither fail nor panic")
+	for range 8 {
+		<-done
+	}
+}
+
+func idemKey(g, i int) string { return string(rune('a'+g)) + "-" + time.Duration(i).String() }
+
+func TestUnmarshalRecord_Formats(t *testing.T) {
+	golden, err := os.ReadFile("testdata/record-v1.msgpack")
+	require.NoError(t, err)
+	rec, err := idem.UnmarshalRecord(golden)
+	require.NoError(t, err, "a record written by format 1 must stay readable")
+	require.Equal(t, "tenant-a", rec.Scope)
+	require.Equal(t, "refund:order-123", rec.Key)
+	require.Equal(t, idem.StateDone, rec.State)
+	require.Equal(t, uint64(7), rec.Token)
+	require.Equal(t, 201, rec.Result.Status)
+	require.Equal(t, `{"refund":"re_1"}`, string(rec.Result.Body))
+	require.True(t, rec.ExpiresAt.Equal(time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC)))
+
+	future := *rec
+	b, err := idem.MarshalRecord(&future)
+	require.NoError(t, err)
+	again, err := idem.UnmarshalRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, rec.Key, again.Key)
+
+	for name, bad := range map[string][]byte{
+		"empty":     nil,
+		"garbage":   []byte("not msgpack"),
+		"truncated": golden[:len(golden)/2],
+		"not a map": {0x93, 0x01, 0x02, 0x03},
+	} {
+		_, err := idem.UnmarshalRecord(bad)
+		require.ErrorIs(t, err, idem.ErrCorrupt, name)
+	}
+}

@@ -1,0 +1,68 @@
+// Package idem makes side-effecting calls safe to retry.
+//
+// Agents repeat tool calls: the HTTP client retries a timeout, the agent
+// loop re-runs a failed step, the model asks for the same action again, and
+// a timeout never says whether the first attempt ran. Every write therefore
+// carries an idempotency key naming the intended effect; a Store runs the
+// effect once per key and hands the first result back to every repeat.
+//
+// The embedded default keeps its state in a Badger directory (Open), so a
+// single binary needs no database server. The pgstore package runs the same
+// contract on PostgreSQL for more than one process (New with its Backend).
+//
+//	store, err := idem.Open("/var/lib/tool/idem", nil)
+//	...
+//	fp, err := idem.Fingerprint("POST", "/refunds", "application/json", body)
+//	res, replayed, err := store.Do(ctx, idem.Request{Scope: tenant, Key: key, Fingerprint: fp},
+//		func(ctx context.Context) (idem.Result, error) {
+//			return refund(ctx, body) // runs once per key
+//		})
+//
+// # Semantics
+//
+// Every record lives under (scope, key): the same key in two scopes is two
+// records. A request (scope, key, fingerprint) meets one of these:
+//
+//   - nothing stored, a released claim, or an expired record: the request
+//     claims the key and runs the effect;
+//   - a claim with a live lease and the same fingerprint: *InProgressError
+//     (HTTP 409 with Retry-After);
+//   - a claim whose lease ended: recovery asks the Resolver whether the
+//     effect happened, and the request is answered as the verdict dictates
+//     (replay, run, or *OutcomeUnknownError);
+//   - a done record with the same fingerprint: the saved Result is replayed;
+//   - any record with a different fingerprint: *MismatchError (HTTP 422);
+//   - a malformed key: ErrInvalidKey (HTTP 400);
+//   - storage failure: ErrUnavailable (HTTP 503), and the effect does not run.
+//
+// The claim is the lock: of any number of concurrent claimers exactly one
+// wins. Each claim carries a fencing token that changes on every claim;
+// Complete, Release, Extend and Hold succeed only with the current token,
+// so a slow worker whose claim was recovered cannot overwrite the new
+// owner's outcome. With Durability Durable (the default) a claim is synced
+// to disk before the effect runs and a result before the caller is
+// answered. Do extends the lease while the effect runs, so only a dead or
+// hung holder lets it end. The error Policy decides per outcome whether to
+// Save it, Release the claim, or Hold it for recovery; a panic releases and
+// is re-raised. Done records replay for the retention period, decided by
+// the store's Clock, then expire; Sweep reclaims them in bounded batches.
+// On Open, every claim an earlier process left is orphaned at once and
+// resolved through the Resolver. Every transition is reported to the
+// Observer.
+//
+// # Caveats
+//
+//   - Durability Fast survives a crash of the process but not a power loss:
+//     a claim or a result may be forgotten and an effect run twice.
+//   - Without a Resolver, a claim whose holder died stays in progress and
+//     every repeat gets ErrOutcomeUnknown until an operator decides: idem
+//     never guesses that an effect did not happen.
+//   - The key must name the intended effect and be decided once, when the
+//     agent plans the action (see KeyDeriver); a key regenerated on retry
+//     defeats any store.
+//   - Set Retention longer than the longest pause a run can take: a repeat
+//     after expiry runs the effect again.
+//   - The Badger backend serves one process at a time (Badger locks its
+//     directory); use pgstore for several replicas.
+//   - Observers run synchronously on the request path; keep them quick.
+package idem
