@@ -1,0 +1,121 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+// BenchmarkClaimComplete measures one claim plus one completion on a fresh
+// key, the cost idem adds to every first request, for each durability mode
+// at 1 and 32 goroutines. Compare with the figures in DESIGN.md: the synced
+// rate is bounded by the disk's fdatasync rate.
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, d := range []idem.Durability{idem.Durable, idem.Fast} {
+		for _, g := range []int{1, 32} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", d, g), func(b *testing.B) {
+				s, err := idem.Open(b.TempDir(), &idem.Options{Durability: d, SweepInterval: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				res := idem.Result{Status: 201, Body: []byte(`{"refund":"re_123","amount":4200}`)}
+				b.ReportAllocs()
+				b.ResetTimer()
+				runSplit(b, g, func(i int) {
+					c, _, err := s.Begin(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i), Fingerprint: "fp"})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := c.Complete(context.Background(), res); err != nil {
+						b.Error(err)
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			})
+		}
+	}
+}
+
+// BenchmarkReplay measures a repeat of a completed key: the replay path.
+func BenchmarkReplay(b *testing.B) {
+	for _, g := range []int{1, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			s, err := idem.Open(b.TempDir(), &idem.Options{SweepInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			const keys = 1000
+			body := []byte(`{"refund":"re_123","amount":4200,"currency":"EUR","status":"succeeded"}`)
+			for i := range keys {
+				_, _, err := s.Do(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i), Fingerprint: "fp"},
+					func(context.Context) (idem.Result, error) { return idem.Result{Status: 201, Body: body}, nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			runSplit(b, g, func(i int) {
+				_, res, err := s.Begin(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i%keys), Fingerprint: "fp"})
+				if err != nil || res == nil {
+					b.Errorf("replay: %v", err)
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
+		})
+	}
+}
+
+// BenchmarkOpenEmpty reports the heap an empty open store holds, the cost
+// of embedding idem before any request arrives (target: under 16 MiB).
+func BenchmarkOpenEmpty(b *testing.B) {
+	var heap uint64
+	for range b.N {
+		dir := b.TempDir()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, err := idem.Open(dir, &idem.Options{SweepInterval: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap = after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc)
+		b.StopTimer()
+		_ = s.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
+}
+
+// runSplit calls fn(i) for i in [0, b.N) from g goroutines.
+func runSplit(b *testing.B, g int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
