@@ -155,8 +155,11 @@ func ExampleKeyDeriver_Step() {
 func ExampleEffectKey() {
 	// A once-per-run effect: asked for at step 4 and again at step 7, the
 	// refund of order 123 gets one key.
-	fmt.Println(idem.EffectKey("run-2f9c", "refund:order-123") == idem.EffectKey("run-2f9c", "refund:order-123"))
-	fmt.Println(idem.EffectKey("run-2f9c", "refund:order-123") == idem.EffectKey("run-2f9c", "refund:order-124"))
+	atStep4 := idem.EffectKey("run-2f9c", "refund:order-123")
+	atStep7 := idem.EffectKey("run-2f9c", "refund:order-123")
+	other := idem.EffectKey("run-2f9c", "refund:order-124")
+	fmt.Println(atStep4 == atStep7)
+	fmt.Println(atStep4 == other)
 	// Output:
 	// true
 	// false
