@@ -1,0 +1,399 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+)
+
+// queries are the statements of one store, its names filled in.
+type queries struct {
+	insert, takeOver                   string // Claim
+	complete, release, extend, deferTo string // fenced
+	get, stale, reclaim, scan          string
+}
+
+func newQueries(n names) queries {
+	r := strings.NewReplacer("{table}", n.table, "{seq}", quoteLiteral(n.seq), "{zero}", zero,
+		"{cols}", columns(""), "{r.cols}", columns("r"))
+	// Every fenced write ends a hand-out (see Stale): the claim has moved
+	// on, and whoever sweeps next must see it as it is now.
+	const settled = `sweeper = '', sweep_until = {zero}`
+	return queries{
+		// insert claims an absent key. DO NOTHING neither waits for nor
+		// locks a row that exists: the statement that follows deals with it.
+		// A conflict still draws a token from the sequence; the gap is
+		// harmless.
+		insert: r.Replace(`
+INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
+VALUES ($1, $2, $3, 1, $4, nextval({seq}), $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8, '', {zero})
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING {r.cols}`),
+
+		// takeOver claims a released key, or an expired done one, and
+		// otherwise reads the stored row. The UPDATE is atomic: under READ
+		// COMMITTED a concurrent writer of the row makes it wait, then
+		// evaluate its WHERE again on the row's newest version, so of two
+		// claimers only one finds the key claimable. The read that follows
+		// in the same statement sees the statement's snapshot, which may be
+		// older than what the UPDATE saw; Claim checks what it read and
+		// tries again if that was claimable.
+		takeOver: r.Replace(`
+WITH claimed AS (
+	UPDATE {table} AS r SET
+		format = $3, state = 1, fingerprint = $4, token = nextval({seq}), lease_ends = $5,
+		expires_at = {zero}, retention = $6, result = NULL,
+		first_seen = CASE WHEN r.state = 3 THEN r.first_seen ELSE $7 END,
+		claimed_at = $7, done_at = {zero},
+		claims = CASE WHEN r.state = 3 THEN r.claims + 1 ELSE 1 END,
+		checks = 0, next_check = {zero}, attention = false, recovered = '', owner = $8,
+		sweeper = '', sweep_until = {zero}
+	WHERE r.scope = $1 AND r.key = $2 AND (r.state = 3 OR (r.state = 2 AND r.expires_at <= $7))
+	RETURNING true, {r.cols}
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`),
+
+		complete: r.Replace(`
+UPDATE {table} SET state = 2, result = $4, done_at = $5, expires_at = $6, recovered = $7,
+	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		release: r.Replace(`
+UPDATE {table} SET state = 3, done_at = $4, expires_at = $5, recovered = $6,
+	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		extend: r.Replace(`
+UPDATE {table} SET lease_ends = $4, ` + settled + `
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		deferTo: r.Replace(`
+UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		get: r.Replace(`SELECT {cols} FROM {table} WHERE scope = $1 AND key = $2`),
+
+		// stale reads the due claims through the partial index on open
+		// claims, skipping rows another transaction holds, and hands them
+		// to this instance ($2) until $4. A row handed to another instance
+		// is skipped until its hand-out ends; one handed to this instance
+		// comes back. Under READ COMMITTED a row that another instance
+		// handed out after this statement's snapshot was taken is locked on
+		// its newest version and checked again, so two instances never get
+		// the same row from statements that overlap.
+		stale: r.Replace(`
+WITH due AS (
+	SELECT scope, key FROM {table}
+	WHERE state = 1 AND NOT attention AND lease_ends <= $1 AND next_check <= $1
+		AND (sweep_until <= $1 OR sweeper = $2)
+	ORDER BY lease_ends
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {table} AS r SET sweeper = $2, sweep_until = $4
+FROM due WHERE r.scope = due.scope AND r.key = due.key
+RETURNING {r.cols}`),
+
+		// reclaim deletes a batch of expired records through the partial
+		// index on expiry. A row locked by a claim in flight is skipped: the
+		// claim may be reviving it. The DELETE's own WHERE is checked again
+		// on the locked row, so a record claimed again is never deleted.
+		reclaim: r.Replace(`
+WITH due AS (
+	SELECT scope, key FROM {table}
+	WHERE state <> 1 AND expires_at <= $1
+	ORDER BY expires_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {table} AS r USING due
+WHERE r.scope = due.scope AND r.key = due.key AND r.state <> 1 AND r.expires_at <= $1
+RETURNING r.scope, r.key, r.token`),
+
+		scan: r.Replace(`
+SELECT {cols} FROM {table} WHERE (scope, key) > ($1, $2) ORDER BY scope, key LIMIT $3`),
+	}
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// maxClaimRounds bounds how often Claim reads a row that was claimable when
+// read but not when written to (it changed in between), before it reports
+// the key unavailable. Each round means another writer made progress.
+const maxClaimRounds = 16
+
+// Claim implements idem.Backend. It sends two statements in one round trip
+// (a pipelined batch): insert tries an absent key, takeOver a released or
+// expired one, and returns the stored row when neither claims.
+func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs) (*idem.Record, bool, error) {
+	if err := validate(scope, key); err != nil {
+		return nil, false, err
+	}
+	args := []any{scope, key, int16(idem.RecordFormat), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
+		int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
+	var (
+		rec     *idem.Record
+		claimed bool
+	)
+	err := b.run(ctx, "claim", func(ctx context.Context) error {
+		for round := 0; ; round++ {
+			var settled bool
+			var err error
+			rec, claimed, settled, err = b.claimOnce(ctx, args, a.Now)
+			if err != nil || settled {
+				return err
+			}
+			if round+1 >= maxClaimRounds {
+				return fmt.Errorf("record changed under %d claim attempts", maxClaimRounds)
+			}
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, claimed, nil
+}
+
+// claimOnce sends one claim batch. settled is false when the row it read was
+// claimable or gone by the time it read it: the caller tries again.
+func (b *Backend) claimOnce(ctx context.Context, args []any, now time.Time) (rec *idem.Record, claimed, settled bool, err error) {
+	batch := &pgx.Batch{}
+	batch.Queue(b.q.insert, args...)
+	batch.Queue(b.q.takeOver, args...)
+	br := b.pool.SendBatch(ctx, batch)
+	// Close reads what is left and reports a failed commit: a claim is
+	// reported only once Close returned nil.
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil {
+			rec, claimed, settled, err = nil, false, false, cerr
+		}
+	}()
+
+	inserted, err := scanRecord(br.QueryRow())
+	switch {
+	case err == nil:
+		return inserted, true, true, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, false, false, err
+	}
+
+	var r row
+	var took bool
+	if err := br.QueryRow().Scan(r.dest(&took)...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, false, nil // reclaimed in between: insert again
+		}
+		return nil, false, false, err
+	}
+	rec, err = r.record()
+	if err != nil {
+		return nil, false, false, err
+	}
+	if took {
+		return rec, true, true, nil
+	}
+	if rec.State == idem.StateReleased || rec.Expired(now) {
+		// An older snapshot than the UPDATE's: read again.
+		return nil, false, false, nil
+	}
+	return rec, false, true, nil
+}
+
+// fenced runs one fenced UPDATE: args follow scope, key and token as $4 on.
+func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint64, sql string, args ...any) error {
+	if err := validate(scope, key); err != nil {
+		return err
+	}
+	fenced := &idem.FencedError{Scope: scope, Key: key, Token: token}
+	if token == 0 || token > math.MaxInt64 {
+		return fenced // no sequence gives such a token
+	}
+	args = append([]any{scope, key, int64(token)}, args...)
+	return b.run(ctx, op, func(ctx context.Context) error {
+		tag, err := b.pool.Exec(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fenced
+		}
+		return nil
+	})
+}
+
+// Complete implements idem.Backend.
+func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c idem.Completion) error {
+	res, err := encodeResult(&c.Result)
+	if err != nil {
+		return err
+	}
+	return b.fenced(ctx, "complete", scope, key, token, b.q.complete,
+		res, encodeTime(c.At), encodeTime(c.ExpiresAt), text(c.Recovered))
+}
+
+// Release implements idem.Backend.
+func (b *Backend) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
+	return b.fenced(ctx, "release", scope, key, token, b.q.release,
+		encodeTime(r.At), encodeTime(r.ExpiresAt), text(r.Reason))
+}
+
+// Extend implements idem.Backend.
+func (b *Backend) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
+	return b.fenced(ctx, "extend", scope, key, token, b.q.extend, encodeTime(leaseEnds))
+}
+
+// Defer implements idem.Backend.
+func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d idem.Deferral) error {
+	return b.fenced(ctx, "defer", scope, key, token, b.q.deferTo,
+		int32(min(max(d.Checks, 0), math.MaxInt32)), encodeTime(d.NextCheck), d.Attention)
+}
+
+// Get implements idem.Backend.
+func (b *Backend) Get(ctx context.Context, scope, key string) (*idem.Record, error) {
+	if err := validate(scope, key); err != nil {
+		return nil, err
+	}
+	var rec *idem.Record
+	err := b.run(ctx, "get", func(ctx context.Context) error {
+		var err error
+		rec, err = scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return idem.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Stale implements idem.Backend. It hands the claims it returns to this
+// Backend for Options.HandOut of store time (see the package doc): other
+// Backends on the table do not get them until then, or until a fenced
+// write on a claim ends its hand-out. This Backend gets them again, so
+// calling Stale twice gives the same answer. A row that another
+// transaction holds at the moment is skipped, so fewer than limit records
+// do not prove that nothing more is due.
+func (b *Backend) Stale(ctx context.Context, now time.Time, limit int) ([]*idem.Record, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []*idem.Record
+	err := b.run(ctx, "stale", func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := b.pool.Query(ctx, b.q.stale, encodeTime(now), b.id, limit, encodeTime(now.Add(b.handOut)))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING keeps no order: sort as the due rows were chosen.
+	slices.SortFunc(out, func(x, y *idem.Record) int {
+		return cmp.Or(x.LeaseEnds.Compare(y.LeaseEnds), cmp.Compare(x.Scope, y.Scope), cmp.Compare(x.Key, y.Key))
+	})
+	return out, nil
+}
+
+// Reclaim implements idem.Backend. It deletes at most limit rows in one
+// statement. Rows held by a transaction in flight (a claim reviving the
+// key, another instance's Reclaim) are skipped and left for a later call.
+func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]idem.Ref, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var refs []idem.Ref
+	err := b.run(ctx, "reclaim", func(ctx context.Context) error {
+		refs = refs[:0]
+		rows, err := b.pool.Query(ctx, b.q.reclaim, encodeTime(now), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ref idem.Ref
+			var token int64
+			if err := rows.Scan(&ref.Scope, &ref.Key, &token); err != nil {
+				return err
+			}
+			ref.Token = uint64(token)
+			refs = append(refs, ref)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// scanPage is how many rows Scan reads per statement.
+const scanPage = 256
+
+// Scan implements idem.Lister. It reads the table in pages in (scope, key)
+// order, each page a statement of its own, so fn may take its time and call
+// the Backend: no transaction or connection is held while fn runs. Records
+// written during a Scan may or may not be seen.
+func (b *Backend) Scan(ctx context.Context, fn func(*idem.Record) bool) error {
+	var lastScope, lastKey string
+	for {
+		var page []*idem.Record
+		err := b.run(ctx, "scan", func(ctx context.Context) error {
+			page = page[:0]
+			rows, err := b.pool.Query(ctx, b.q.scan, lastScope, lastKey, scanPage)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				rec, err := scanRecord(rows)
+				if err != nil {
+					return err
+				}
+				page = append(page, rec)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return err
+		}
+		for _, rec := range page {
+			if !fn(rec) {
+				return nil
+			}
+		}
+		if len(page) < scanPage {
+			return nil
+		}
+		lastScope, lastKey = page[len(page)-1].Scope, page[len(page)-1].Key
+	}
+}
+
+func validate(scope, key string) error {
+	if err := idem.ValidateKey(key); err != nil {
+		return err
+	}
+	return idem.ValidateScope(scope)
+}

@@ -1,0 +1,147 @@
+package pgstore_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The benchmarks measure one claim and one completion on a fresh key, the
+// path of every first request, at 1 and 32 goroutines: through a Store on
+// pgstore, and as the bare statements a hand-written pgx implementation
+// would send, so that the backend's and the Store's overhead is known.
+// With the throwaway cluster (fsync off) they measure round trips and CPU;
+// point IDEM_POSTGRES_URL at a real server to include its commits.
+
+var benchGoroutines = []int{1, 32}
+
+// runGoroutines calls fn b.N times from g goroutines.
+func runGoroutines(b *testing.B, g int, fn func() error) {
+	b.ResetTimer()
+	if g == 1 {
+		for range b.N {
+			if err := fn(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		b.SetParallelism((g + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := fn(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+}
+
+// warm opens n connections of p before the timer starts, so that no
+// benchmark pays for connecting.
+func warm(b *testing.B, p *pgxpool.Pool, n int) {
+	var conns []*pgxpool.Conn
+	for range n {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
+// keyPrefix makes each benchmark run's keys fresh.
+func keyPrefix() string {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	return hex.EncodeToString(id[:]) + "-"
+}
+
+var benchResult = idem.Result{Status: 200, Header: map[string][]string{"Content-Type": {"application/json"}},
+	Body: []byte(`{"refund":"re_123","status":"succeeded"}`)}
+
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, g := range benchGoroutines {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			p := newPool(b, int32(max(g, 4)))
+			s := idem.New(newBackend(b, p, nil), &idem.Options{SweepInterval: -1})
+			defer s.Close()
+			warm(b, p, g)
+			prefix := keyPrefix()
+			var n atomic.Int64
+			runGoroutines(b, g, func() error {
+				key := prefix + strconv.FormatInt(n.Add(1), 10)
+				c, _, err := s.Begin(ctx, idem.Request{Scope: "bench", Key: key, Fingerprint: "sha256:0123456789abcdef"})
+				if err != nil {
+					return err
+				}
+				return c.Complete(ctx, benchResult)
+			})
+		})
+	}
+}
+
+func BenchmarkBarePgx(b *testing.B) {
+	for _, g := range benchGoroutines {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			p := newPool(b, int32(max(g, 4)))
+			be := newBackend(b, p, nil) // the same table, indexes and sequence
+			warm(b, p, g)
+			seq := pgx.Identifier{server.schema, tableName(be) + "_token"}.Sanitize()
+			zero := strconv.FormatInt(math.MinInt64, 10)
+			// The claim an idiomatic implementation would write: one upsert
+			// that takes an absent, released or expired key.
+			claim := `INSERT INTO ` + be.Table() + ` AS r (scope, key, format, state, fingerprint, token, lease_ends,
+	expires_at, retention, result, first_seen, claimed_at, done_at, claims, checks, next_check, attention,
+	recovered, owner, sweeper, sweep_until)
+VALUES ($1, $2, 1, 1, $3, nextval('` + seq + `'), $4, ` + zero + `, $5, NULL, $6, $6, ` + zero + `, 1, 0, ` + zero + `, false, '', $7, '', ` + zero + `)
+ON CONFLICT (scope, key) DO UPDATE SET state = 1, fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token,
+	lease_ends = EXCLUDED.lease_ends, claimed_at = EXCLUDED.claimed_at, result = NULL
+WHERE r.state = 3 OR (r.state = 2 AND r.expires_at <= $6)
+RETURNING token`
+			complete := `UPDATE ` + be.Table() + ` SET state = 2, result = $4, done_at = $5, expires_at = $6,
+	recovered = '', checks = 0, next_check = ` + zero + `, attention = false, owner = '', sweeper = '', sweep_until = ` + zero + `
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`
+			prefix := keyPrefix()
+			var n atomic.Int64
+			runGoroutines(b, g, func() error {
+				key := prefix + strconv.FormatInt(n.Add(1), 10)
+				now := time.Now()
+				var token int64
+				err := p.QueryRow(ctx, claim, "bench", key, []byte("sha256:0123456789abcdef"), now.Add(idem.DefaultLease).UnixNano(),
+					int64(idem.DefaultRetention), now.UnixNano(), "bench").Scan(&token)
+				if err != nil {
+					return err
+				}
+				res, err := msgpack.Marshal(&benchResult)
+				if err != nil {
+					return err
+				}
+				now = time.Now()
+				tag, err := p.Exec(ctx, complete, "bench", key, token, res, now.UnixNano(), now.Add(idem.DefaultRetention).UnixNano())
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() != 1 {
+					return fmt.Errorf("complete of %s changed %d rows", key, tag.RowsAffected())
+				}
+				return nil
+			})
+		})
+	}
+}

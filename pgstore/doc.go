@@ -1,0 +1,84 @@
+// Package pgstore is the PostgreSQL backend of idem: several processes (the
+// replicas of a tool server behind a load balancer) share one store and keep
+// every guarantee of the embedded default. Moving from Badger is one line:
+//
+//	backend, err := pgstore.New(ctx, pool, nil) // pool is the caller's *pgxpool.Pool
+//	store := idem.New(backend, opts)
+//
+// New creates the tables it needs, or upgrades them, on first use. The pool
+// stays the caller's: the Store closes the Backend, never the pool.
+//
+// # Semantics
+//
+// One row per (scope, key) in the records table (default idem_records in the
+// pool's current schema) holds the whole idem.Record in columns. Times are
+// stored as int64 nanoseconds of the Unix epoch, exactly as the Store's clock
+// gave them, and every decision about leases and expiry compares them with
+// the time the Store passes in: the database's own clock is never read, so
+// tests with a fake clock behave as production does. To read them in psql,
+// use to_timestamp(col / 1e9); the smallest int64 stands for the zero time.
+//
+// Claim is one round trip: a pipelined INSERT ... ON CONFLICT DO NOTHING
+// takes an absent key, and a conditional UPDATE takes a released or expired
+// one (keeping a released record's first-seen time and claim count, starting
+// an expired one afresh). Both are single atomic statements, so of any number
+// of claimers of one key, in any number of processes, exactly one wins under
+// READ COMMITTED; the others read the winner's row. Tokens come from a
+// PostgreSQL sequence and never repeat.
+//
+// Complete, Release, Extend and Defer are fenced: one UPDATE whose WHERE
+// clause names the key, the in-progress state and the token, so a holder
+// whose claim was recovered changes nothing and gets an *idem.FencedError.
+//
+// Stale walks a partial index of the open claims (its cost grows with them,
+// not with the table) and hands each stale claim to one backend instance at
+// a time: it locks the due rows with FOR UPDATE SKIP LOCKED and marks them as
+// handed to this instance until Options.HandOut later in store time. Other
+// instances skip them until then, or until a fenced write settles the claim;
+// the instance that holds them sees them again, so one instance's successive
+// sweeps are not disturbed. The hand-out only keeps instances from doing the
+// same work: safety rests on fencing, so if a hand-out lapses while its
+// holder still works (a slow resolver, a skewed clock), the worst case is
+// that two instances ask the Resolver about one claim and one of their
+// fenced writes is refused.
+//
+// Reclaim deletes expired done and released records in batches of at most
+// its limit, skipping rows that another transaction holds.
+//
+// Errors: a lost connection, a failover, an administrator's shutdown, a
+// statement timeout, a full pool and every other failure of the database
+// are reported as errors wrapping idem.ErrUnavailable (the Store then runs
+// no effect); a deadline, the caller's or Options.StatementTimeout's, also
+// matches context.DeadlineExceeded. A caller's cancellation gives an error
+// wrapping context.Canceled. A row that cannot be decoded gives an error
+// wrapping idem.ErrCorrupt. An error is never turned into a claim or a
+// replay.
+//
+// # Caveats
+//
+// A statement whose commit was acknowledged by the server but whose answer
+// was lost with the connection is reported as unavailable although it took
+// effect. For Claim that leaves a claim nobody holds; it goes stale when its
+// lease ends and recovery resolves it (the Resolver finds the effect did not
+// run). For Complete, the caller is told its outcome was not recorded when
+// it was.
+//
+// The records table is expected to be used under READ COMMITTED, the
+// PostgreSQL default. Under REPEATABLE READ or SERIALIZABLE the statements
+// stay correct, but concurrent claims fail with serialization errors more
+// often; they are retried a few times, then reported as unavailable.
+//
+// The hand-out deadline is computed from the sweeping instance's clock and
+// compared with the others' clocks: keep the instances' clocks within a
+// fraction of HandOut of each other, or sweeps do some work twice.
+//
+// Informational text (a release's reason, the owner's name) is stored as
+// text: invalid UTF-8 in it is replaced and NUL bytes are dropped.
+// Fingerprints and results are stored as bytes and come back exactly.
+// Times before the year 1678 or after 2262 are clamped to that range.
+//
+// Durability is PostgreSQL's: with synchronous_commit on (the default) a
+// claim and a result are on disk (and on synchronous standbys) before they
+// are acknowledged; turning it off trades that away as the Badger backend's
+// Fast mode does.
+package pgstore

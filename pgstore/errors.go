@@ -1,0 +1,88 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// maxRetries bounds how often run repeats a call whose statement certainly
+// had no effect: a serialization failure, a deadlock, or a connection that
+// failed before anything was sent (a pooled connection the server had
+// closed, as after a failover).
+const maxRetries = 3
+
+// run calls fn with a context bounded by the statement timeout, repeats it
+// while its error is certain to have left nothing behind, and maps the
+// error it ends with.
+func (b *Backend) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	if b.closed.Load() {
+		return fmt.Errorf("pgstore: %s: %w", op, idem.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return b.fail(ctx, op, err)
+	}
+	qctx, cancel := b.ctx(ctx)
+	defer cancel()
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = fn(qctx)
+		if err == nil || attempt+1 >= maxRetries || qctx.Err() != nil || !retryable(err) {
+			break
+		}
+	}
+	if err != nil && qctx.Err() != nil && !errors.Is(err, qctx.Err()) {
+		// The driver's error may not say that a deadline cut it short.
+		err = fmt.Errorf("%w: %w", qctx.Err(), err)
+	}
+	return b.fail(ctx, op, err)
+}
+
+// retryable reports whether err certainly left the database unchanged and
+// may go away if the statement is sent again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+		return false
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// fail maps an error of a call on ctx to what the idem.Backend contract
+// asks for. The errors the backend makes itself (fenced, not found,
+// corrupt, invalid key, closed) pass unchanged; the caller's cancellation
+// is reported as such; every other error, a deadline included, means the
+// storage could not answer, and wraps idem.ErrUnavailable.
+func (b *Backend) fail(ctx context.Context, op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, idem.ErrFenced), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt),
+		errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrClosed), errors.Is(err, idem.ErrUnavailable):
+		return err
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("pgstore: %s: %w", op, ctx.Err())
+	}
+	return &unavailableError{op: op, err: err}
+}
+
+// unavailableError is a storage failure: it matches idem.ErrUnavailable and
+// keeps its cause (a *pgconn.PgError, a network error, a deadline) visible
+// to errors.Is and errors.As.
+type unavailableError struct {
+	op  string
+	err error
+}
+
+func (e *unavailableError) Error() string {
+	return "pgstore: " + e.op + ": storage unavailable: " + e.err.Error()
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{idem.ErrUnavailable, e.err} }

@@ -1,0 +1,157 @@
+package pgstore
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Record states as stored in the state column.
+const (
+	stateInProgress = int16(idem.StateInProgress)
+	stateDone       = int16(idem.StateDone)
+	stateReleased   = int16(idem.StateReleased)
+)
+
+// recordColumns are the columns that hold an idem.Record, in the order
+// row.dest lists them.
+const recordColumns = "scope, key, format, state, fingerprint, token, lease_ends, expires_at, " +
+	"retention, result, first_seen, claimed_at, done_at, claims, checks, next_check, attention, recovered, owner"
+
+// columns lists recordColumns, each prefixed with alias and a dot if alias
+// is not empty.
+func columns(alias string) string {
+	if alias == "" {
+		return recordColumns
+	}
+	return alias + "." + strings.ReplaceAll(recordColumns, ", ", ", "+alias+".")
+}
+
+// row is a records row as scanned.
+type row struct {
+	scope, key                      string
+	format, state                   int16
+	fingerprint                     []byte
+	token                           int64
+	leaseEnds, expiresAt, retention int64
+	result                          []byte
+	firstSeen, claimedAt, doneAt    int64
+	claims, checks                  int32
+	nextCheck                       int64
+	attention                       bool
+	recovered, owner                string
+}
+
+// dest returns the scan destinations, in recordColumns order, after extra.
+func (r *row) dest(extra ...any) []any {
+	return append(extra,
+		&r.scope, &r.key, &r.format, &r.state, &r.fingerprint, &r.token, &r.leaseEnds, &r.expiresAt,
+		&r.retention, &r.result, &r.firstSeen, &r.claimedAt, &r.doneAt, &r.claims, &r.checks,
+		&r.nextCheck, &r.attention, &r.recovered, &r.owner)
+}
+
+// scanRecord reads one row of recordColumns and decodes it.
+func scanRecord(s pgx.Row) (*idem.Record, error) {
+	var r row
+	if err := s.Scan(r.dest()...); err != nil {
+		return nil, err
+	}
+	return r.record()
+}
+
+// record decodes the row, checking what a Record must satisfy. A row that
+// fails gives an error wrapping idem.ErrCorrupt: a newer format, an unknown
+// state, a done record without a result, a result that does not decode.
+func (r *row) record() (*idem.Record, error) {
+	corrupt := func(format string, a ...any) error {
+		return fmt.Errorf("%w: pgstore: record %q in scope %q: %s", idem.ErrCorrupt, r.key, r.scope, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case r.format < 1 || r.format > idem.RecordFormat:
+		return nil, corrupt("unknown format version %d", r.format)
+	case r.state != stateInProgress && r.state != stateDone && r.state != stateReleased:
+		return nil, corrupt("unknown state %d", r.state)
+	case r.state == stateDone && r.result == nil:
+		return nil, corrupt("done record without a result")
+	case r.token <= 0 || r.claims < 0 || r.checks < 0:
+		return nil, corrupt("token %d, claims %d, checks %d", r.token, r.claims, r.checks)
+	case idem.ValidateKey(r.key) != nil || idem.ValidateScope(r.scope) != nil:
+		return nil, corrupt("malformed scope or key")
+	}
+	rec := &idem.Record{
+		Format:      uint8(r.format),
+		Scope:       r.scope,
+		Key:         r.key,
+		State:       idem.State(r.state),
+		Fingerprint: string(r.fingerprint),
+		Token:       uint64(r.token),
+		LeaseEnds:   decodeTime(r.leaseEnds),
+		ExpiresAt:   decodeTime(r.expiresAt),
+		Retention:   time.Duration(r.retention),
+		FirstSeen:   decodeTime(r.firstSeen),
+		ClaimedAt:   decodeTime(r.claimedAt),
+		DoneAt:      decodeTime(r.doneAt),
+		Claims:      int(r.claims),
+		Checks:      int(r.checks),
+		NextCheck:   decodeTime(r.nextCheck),
+		Attention:   r.attention,
+		Recovered:   r.recovered,
+		Owner:       r.owner,
+	}
+	if r.state == stateDone {
+		var res idem.Result
+		if err := msgpack.Unmarshal(r.result, &res); err != nil {
+			return nil, corrupt("result: %v", err)
+		}
+		rec.Result = &res
+	}
+	return rec, nil
+}
+
+// encodeResult encodes a result for the result column, in the msgpack
+// encoding idem.MarshalRecord uses for it.
+func encodeResult(res *idem.Result) ([]byte, error) {
+	b, err := msgpack.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: encode result: %w", err)
+	}
+	return b, nil
+}
+
+// encodeTime gives the stored form of t: Unix nanoseconds, the smallest
+// int64 for the zero time, clamped to the range an int64 holds (Go's
+// UnixNano is undefined outside it).
+func encodeTime(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return math.MinInt64
+	case t.Before(time.Unix(0, math.MinInt64+1)):
+		return math.MinInt64 + 1
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// decodeTime reverses encodeTime, in UTC.
+func decodeTime(n int64) time.Time {
+	if n == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// text makes s storable in a text column: valid UTF-8 without NUL bytes.
+// It is applied only to informational strings (reasons, owners).
+func text(s string) string {
+	if utf8.ValidString(s) && !strings.Contains(s, "\x00") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}

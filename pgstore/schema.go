@@ -1,0 +1,154 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// zero is the stored form of the zero time.Time: the smallest int64, so
+// that it sorts before every real time and compares as long past.
+const zero = "(-9223372036854775807 - 1)"
+
+// A migration moves the schema from version-1 to version. Migrations are
+// never edited once released: a change is a new migration.
+type migration struct {
+	version     int
+	description string
+	sql         string // with {table}, {seq}, {stale}, {expiry} and {zero}
+}
+
+// migrations returns every migration in order.
+func migrations() []migration {
+	return []migration{{
+		version:     1,
+		description: "records table, token sequence, stale and expiry indexes",
+		sql: `
+CREATE SEQUENCE {seq} AS bigint NO CYCLE;
+CREATE TABLE {table} (
+	scope       text COLLATE "C" NOT NULL,
+	key         text COLLATE "C" NOT NULL,
+	format      smallint NOT NULL,
+	state       smallint NOT NULL,
+	fingerprint bytea    NOT NULL,
+	token       bigint   NOT NULL,
+	lease_ends  bigint   NOT NULL,
+	expires_at  bigint   NOT NULL,
+	retention   bigint   NOT NULL,
+	result      bytea,
+	first_seen  bigint   NOT NULL,
+	claimed_at  bigint   NOT NULL,
+	done_at     bigint   NOT NULL,
+	claims      integer  NOT NULL,
+	checks      integer  NOT NULL,
+	next_check  bigint   NOT NULL,
+	attention   boolean  NOT NULL,
+	recovered   text     NOT NULL,
+	owner       text     NOT NULL,
+	sweeper     text     NOT NULL,
+	sweep_until bigint   NOT NULL,
+	PRIMARY KEY (scope, key)
+);
+COMMENT ON TABLE {table} IS 'idem records: one row per (scope, key). Times are Unix nanoseconds of the store''s clock; the smallest bigint is the zero time. state: 1 in progress, 2 done, 3 released.';
+-- Stale: the open claims by lease end. Claims needing attention wait for an
+-- operator and stay out of the sweep's way.
+CREATE INDEX {stale} ON {table} (lease_ends, next_check) WHERE state = 1 AND NOT attention;
+-- Reclaim: done and released records by expiry.
+CREATE INDEX {expiry} ON {table} (expires_at) WHERE state <> 1;
+`,
+	}}
+}
+
+// ErrSchemaVersion is returned by New when the tables were created or
+// upgraded by a newer release of pgstore than this one, which must not
+// write to them.
+var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this release")
+
+// migrate resolves the schema, then brings the tables to the latest
+// version in one transaction under an advisory lock, and returns their
+// names.
+func (b *Backend) migrate(ctx context.Context, schema, table string) (names, error) {
+	var n names
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return n, b.fail(ctx, "migrate", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	if schema == "" {
+		var cur *string
+		if err := tx.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err != nil {
+			return n, b.fail(ctx, "migrate", err)
+		}
+		if cur == nil {
+			return n, errors.New("pgstore: the pool's search_path names no existing schema; set Options.Schema")
+		}
+		schema = *cur
+	}
+	n = newNames(schema, table)
+
+	// Every instance that starts takes the lock, so a second one waits for
+	// the first one's migration and then finds the schema current. The lock
+	// is released when the transaction ends, however it ends.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", n.lockKey); err != nil {
+		return n, b.fail(ctx, "migrate", err)
+	}
+	var hasSchema, hasVersion bool
+	err = tx.QueryRow(ctx,
+		"SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), to_regclass($2) IS NOT NULL",
+		schema, n.version).Scan(&hasSchema, &hasVersion)
+	if err != nil {
+		return n, b.fail(ctx, "migrate", err)
+	}
+	if !hasSchema {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return n, fmt.Errorf("pgstore: create schema %q: %w", schema, b.fail(ctx, "migrate", err))
+		}
+	}
+	current := 0
+	if hasVersion {
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.version).Scan(&current); err != nil {
+			return n, b.fail(ctx, "migrate", err)
+		}
+	}
+	all := migrations()
+	latest := all[len(all)-1].version
+	if current > latest {
+		return n, fmt.Errorf("%w: %s is at version %d, this release knows up to %d", ErrSchemaVersion, n.table, current, latest)
+	}
+	if current == latest {
+		// Nothing to do: end without writing, so a role that may not
+		// create objects can still start.
+		return n, nil
+	}
+	if !hasVersion {
+		_, err := tx.Exec(ctx, `CREATE TABLE `+n.version+` (
+	version     integer PRIMARY KEY,
+	description text NOT NULL,
+	applied_at  timestamptz NOT NULL DEFAULT now()
+)`)
+		if err != nil {
+			return n, fmt.Errorf("pgstore: create %s: %w", n.version, b.fail(ctx, "migrate", err))
+		}
+	}
+	r := strings.NewReplacer("{table}", n.table, "{seq}", n.seq, "{stale}", n.stale, "{expiry}", n.expiry, "{zero}", zero)
+	for _, m := range all {
+		if m.version <= current {
+			continue
+		}
+		if _, err := tx.Exec(ctx, r.Replace(m.sql)); err != nil {
+			return n, fmt.Errorf("pgstore: migration %d of %s: %w", m.version, n.table, b.fail(ctx, "migrate", err))
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+n.version+" (version, description) VALUES ($1, $2)",
+			m.version, m.description); err != nil {
+			return n, b.fail(ctx, "migrate", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return n, b.fail(ctx, "migrate", err)
+	}
+	return n, nil
+}
