@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"sort"
 	"sync"
@@ -84,20 +83,24 @@ const reclaimGrace = time.Hour
 // backend keep the open claims in memory and know, on open, that every
 // claim a previous process left is orphaned.
 type BadgerBackend struct {
-	db  *badger.DB
-	seq *badger.Sequence
-	ro  bool
+	db *badger.DB
+	ro bool
 
-	// stripes serialise the read-modify-write of one key, so that
-	// concurrent claimers wait rather than abort on Badger conflicts.
-	stripes [256]sync.Mutex
-	seed    maphash.Seed
+	// ops feeds the committer (commit.go), the only writer; stopped is
+	// closed by Close, and committerDone when the committer returned.
+	ops           chan op
+	stopped       chan struct{}
+	committerDone chan struct{}
+
+	// lastToken is the highest fencing token handed out. Only the
+	// committer reads or writes it, and it persists it with the claims.
+	lastToken uint64
 
 	// mu guards open and cursor.
 	mu sync.Mutex
 	// open holds every in-progress claim: Stale scans it instead of the
 	// records, so a sweep costs in proportion to open claims. Entries are
-	// written under the key's stripe after the commit that they mirror.
+	// written by the committer after the commit that they mirror.
 	open map[string]openClaim
 	// cursor is the last expiry index key Reclaim processed, so the next
 	// scan seeks past the tombstones it left.
@@ -157,23 +160,49 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %v", ErrUnavailable, dir, err)
 	}
-	b := &BadgerBackend{db: db, ro: o.ReadOnly, seed: maphash.MakeSeed(), open: map[string]openClaim{}}
-	if !o.ReadOnly {
-		// Tokens come from a Badger sequence: it leases ranges durably, so a
-		// token never repeats, even after a crash.
-		b.seq, err = db.GetSequence([]byte("s/token"), 1024)
-		if err == nil {
-			err = b.orphanOpenClaims()
+	b := &BadgerBackend{db: db, ro: o.ReadOnly, open: map[string]openClaim{},
+		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
+	if o.ReadOnly {
+		close(b.committerDone)
+		return b, nil
+	}
+	err = db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(tokenKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
 		}
 		if err != nil {
-			if b.seq != nil {
-				_ = b.seq.Release()
-			}
-			_ = db.Close()
-			return nil, unavailable("open", err)
+			return err
 		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("%w: token counter of %d bytes", ErrCorrupt, len(v))
+			}
+			b.lastToken = binary.BigEndian.Uint64(v)
+			return nil
+		})
+	})
+	go b.committer()
+	if err == nil {
+		err = b.orphanOpenClaims()
+	}
+	if err != nil {
+		_ = b.Close()
+		return nil, unavailable("open", err)
 	}
 	return b, nil
+}
+
+// tokenKey holds the highest fencing token handed out, big-endian.
+var tokenKey = []byte("s/token")
+
+// nextToken hands out a token and writes the counter with the claim that
+// holds it. It runs on the committer only.
+func (b *BadgerBackend) nextToken(w *wtxn) (uint64, error) {
+	b.lastToken++
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], b.lastToken)
+	return b.lastToken, w.Set(tokenKey, v[:])
 }
 
 // DB returns the underlying Badger database, for inspection and tools.
@@ -197,13 +226,13 @@ func (b *BadgerBackend) orphanOpenClaims() error {
 		return err
 	}
 	for _, id := range ids {
-		err := b.update(id, func(txn *badger.Txn, rec *Record) error {
+		err := b.update(id, func(txn *wtxn, rec *Record) error {
 			if rec == nil || rec.State != StateInProgress {
 				return txn.Delete(withPrefix(prefixClaim, id))
 			}
 			rec.LeaseEnds = time.Time{}
 			rec.Owner = ""
-			b.setOpen(id, rec)
+			txn.onCommit(func() { b.setOpen(id, rec) })
 			return b.put(txn, id, rec, time.Time{})
 		})
 		if err != nil {
@@ -233,48 +262,27 @@ func expiryKey(at time.Time, id []byte) []byte {
 	return append(k, id...)
 }
 
-func (b *BadgerBackend) stripe(id []byte) *sync.Mutex {
-	return &b.stripes[maphash.Bytes(b.seed, id)%uint64(len(b.stripes))]
-}
-
-// update runs fn on the current record of id (nil if absent) in one
-// read-write transaction under the key's stripe, and commits. fn may return
-// errNoWrite to end without committing.
-func (b *BadgerBackend) update(id []byte, fn func(txn *badger.Txn, rec *Record) error) error {
-	if b.ro {
-		return fmt.Errorf("%w: store opened read-only", ErrUnavailable)
-	}
-	mu := b.stripe(id)
-	mu.Lock()
-	defer mu.Unlock()
-	for attempt := 0; ; attempt++ {
-		txn := b.db.NewTransaction(true)
-		rec, err := getRecord(txn, id)
-		if err == nil {
-			err = fn(txn, rec)
+// update runs fn on the current record of id (nil if absent) as one op of
+// the committer's next group. fn may return errNoWrite to end without
+// writing.
+func (b *BadgerBackend) update(id []byte, fn func(w *wtxn, rec *Record) error) error {
+	return b.batch(func(w *wtxn) error {
+		rec, err := getRecord(w, id)
+		if err != nil {
+			return err
 		}
-		if errors.Is(err, errNoWrite) {
-			txn.Discard()
-			return nil
-		}
-		if err == nil {
-			err = txn.Commit()
-		} else {
-			txn.Discard()
-		}
-		// Every writer of a key holds its stripe, so a conflict can only come
-		// from a transaction that read this key without the stripe (Reclaim):
-		// reading again sees its outcome.
-		if errors.Is(err, badger.ErrConflict) && attempt < 16 {
-			continue
-		}
-		return err
-	}
+		return fn(w, rec)
+	})
 }
 
 var errNoWrite = errors.New("no write")
 
-func getRecord(txn *badger.Txn, id []byte) (*Record, error) {
+// getter reads keys: a transaction, or an op's view of its group.
+type getter interface {
+	Get(key []byte) (*badger.Item, error)
+}
+
+func getRecord(txn getter, id []byte) (*Record, error) {
 	item, err := txn.Get(withPrefix(prefixRecord, id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
@@ -293,7 +301,7 @@ func getRecord(txn *badger.Txn, id []byte) (*Record, error) {
 
 // put writes rec; ttlFrom, if not zero, is the store's time used to set
 // Badger's TTL relative to the record's expiry.
-func (b *BadgerBackend) put(txn *badger.Txn, id []byte, rec *Record, ttlFrom time.Time) error {
+func (b *BadgerBackend) put(txn *wtxn, id []byte, rec *Record, ttlFrom time.Time) error {
 	v, err := MarshalRecord(rec)
 	if err != nil {
 		return err
@@ -323,20 +331,19 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 	id := recordID(scope, key)
 	var out *Record
 	var claimed bool
-	var newRec *Record
-	err := b.update(id, func(txn *badger.Txn, rec *Record) error {
-		claimed, newRec = false, nil
+	err := b.update(id, func(txn *wtxn, rec *Record) error {
+		claimed = false
 		if rec != nil && rec.State != StateReleased && !rec.Expired(args.Now) {
 			out = rec
 			return errNoWrite
 		}
-		token, err := b.seq.Next()
+		token, err := b.nextToken(txn)
 		if err != nil {
 			return err
 		}
 		n := &Record{
 			Scope: scope, Key: key, State: StateInProgress,
-			Fingerprint: args.Fingerprint, Token: token + 1,
+			Fingerprint: args.Fingerprint, Token: token,
 			LeaseEnds: args.LeaseEnds, Retention: args.Retention,
 			FirstSeen: args.Now, ClaimedAt: args.Now, Claims: 1, Owner: args.Owner,
 		}
@@ -358,14 +365,12 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 		if err := b.put(txn, id, n, time.Time{}); err != nil {
 			return err
 		}
-		out, claimed, newRec = n, true, n
+		out, claimed = n, true
+		txn.onCommit(func() { b.setOpen(id, n) })
 		return nil
 	})
 	if err != nil {
 		return nil, false, unavailable("claim", err)
-	}
-	if newRec != nil {
-		b.setOpen(id, newRec)
 	}
 	return out.Clone(), claimed, nil
 }
@@ -373,14 +378,12 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 // fenced runs fn on the record of (scope, key) if it is in progress with
 // token, writes the record fn leaves, and mirrors it in the open claims.
 func (b *BadgerBackend) fenced(ctx context.Context, op, scope, key string, token uint64, ttlFrom time.Time,
-	fn func(txn *badger.Txn, id []byte, rec *Record) error) error {
+	fn func(txn *wtxn, id []byte, rec *Record) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	id := recordID(scope, key)
-	var written *Record
-	err := b.update(id, func(txn *badger.Txn, rec *Record) error {
-		written = nil
+	err := b.update(id, func(txn *wtxn, rec *Record) error {
 		if rec == nil || rec.State != StateInProgress || rec.Token != token {
 			return &FencedError{Scope: scope, Key: key, Token: token}
 		}
@@ -390,19 +393,18 @@ func (b *BadgerBackend) fenced(ctx context.Context, op, scope, key string, token
 		if err := b.put(txn, id, rec, ttlFrom); err != nil {
 			return err
 		}
-		written = rec
+		txn.onCommit(func() { b.setOpen(id, rec) })
 		return nil
 	})
 	if err != nil {
 		return unavailable(op, err)
 	}
-	b.setOpen(id, written)
 	return nil
 }
 
 // Complete implements Backend.
 func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token uint64, c Completion) error {
-	return b.fenced(ctx, "complete", scope, key, token, c.At, func(txn *badger.Txn, id []byte, rec *Record) error {
+	return b.fenced(ctx, "complete", scope, key, token, c.At, func(txn *wtxn, id []byte, rec *Record) error {
 		res := c.Result
 		rec.State, rec.Result = StateDone, &res
 		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
@@ -417,7 +419,7 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 
 // Release implements Backend.
 func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token uint64, r Releasing) error {
-	return b.fenced(ctx, "release", scope, key, token, r.At, func(txn *badger.Txn, id []byte, rec *Record) error {
+	return b.fenced(ctx, "release", scope, key, token, r.At, func(txn *wtxn, id []byte, rec *Record) error {
 		rec.State, rec.ExpiresAt, rec.Recovered = StateReleased, r.ExpiresAt, r.Reason
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		rec.DoneAt = r.At
@@ -431,7 +433,7 @@ func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token ui
 
 // Extend implements Backend.
 func (b *BadgerBackend) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
-	return b.fenced(ctx, "extend", scope, key, token, time.Time{}, func(_ *badger.Txn, _ []byte, rec *Record) error {
+	return b.fenced(ctx, "extend", scope, key, token, time.Time{}, func(_ *wtxn, _ []byte, rec *Record) error {
 		rec.LeaseEnds = leaseEnds
 		return nil
 	})
@@ -439,7 +441,7 @@ func (b *BadgerBackend) Extend(ctx context.Context, scope, key string, token uin
 
 // Defer implements Backend.
 func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint64, d Deferral) error {
-	return b.fenced(ctx, "defer", scope, key, token, time.Time{}, func(_ *badger.Txn, _ []byte, rec *Record) error {
+	return b.fenced(ctx, "defer", scope, key, token, time.Time{}, func(_ *wtxn, _ []byte, rec *Record) error {
 		rec.Checks, rec.NextCheck, rec.Attention = d.Checks, d.NextCheck, d.Attention
 		return nil
 	})
@@ -515,31 +517,55 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 	}
 	var refs []Ref
 	for len(refs) < limit {
+		if err := ctx.Err(); err != nil {
+			return refs, err
+		}
 		due, err := b.dueExpiries(now, limit-len(refs))
 		if err != nil {
 			return refs, unavailable("reclaim", err)
 		}
-		for _, e := range due {
-			if err := ctx.Err(); err != nil {
-				return refs, err
-			}
-			ref, err := b.reclaimOne(e.at, e.id, now)
-			if err != nil && !errors.Is(err, ErrCorrupt) {
-				return refs, unavailable("reclaim", err)
-			}
-			// A corrupt record is left for an operator to inspect; the
-			// cursor moves past it so that it cannot stall reclamation.
-			if ref != nil {
-				refs = append(refs, *ref)
-			}
-			b.mu.Lock()
-			if bytes.Compare(e.key, b.cursor) > 0 {
-				b.cursor = e.key
-			}
-			b.mu.Unlock()
-		}
-		if len(due) < limit-len(refs) || len(due) == 0 {
+		if len(due) == 0 {
 			break
+		}
+		var got []Ref
+		err = b.batch(func(w *wtxn) error {
+			got = got[:0]
+			for _, e := range due {
+				rec, err := getRecord(w, e.id)
+				// A corrupt record is left for an operator to inspect; its
+				// index entry goes, so that it cannot stall reclamation.
+				if err != nil && !errors.Is(err, ErrCorrupt) {
+					return err
+				}
+				if err := w.Delete(e.key); err != nil {
+					return err
+				}
+				// The index entry may outlive its record's life: the key may
+				// have been claimed again since. Delete only what is still
+				// expired.
+				if rec != nil && rec.State != StateInProgress && rec.ExpiresAt.UnixNano() == e.at && !now.Before(rec.ExpiresAt) {
+					got = append(got, Ref{Scope: rec.Scope, Key: rec.Key, Token: rec.Token})
+					if err := w.Delete(withPrefix(prefixRecord, e.id)); err != nil {
+						return err
+					}
+				}
+			}
+			last := due[len(due)-1].key
+			w.onCommit(func() {
+				b.mu.Lock()
+				if bytes.Compare(last, b.cursor) > 0 {
+					b.cursor = last
+				}
+				b.mu.Unlock()
+			})
+			return nil
+		})
+		if err != nil {
+			return refs, unavailable("reclaim", err)
+		}
+		refs = append(refs, got...)
+		if len(due) < limit-len(refs)+len(got) {
+			break // the index holds nothing more that is due
 		}
 	}
 	return refs, nil
@@ -577,26 +603,6 @@ func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, er
 		return nil
 	})
 	return due, err
-}
-
-// reclaimOne deletes an expiry index entry, and its record if the record is
-// still the expired one the entry points at.
-func (b *BadgerBackend) reclaimOne(at int64, id []byte, now time.Time) (*Ref, error) {
-	var ref *Ref
-	err := b.update(id, func(txn *badger.Txn, rec *Record) error {
-		ref = nil
-		if err := txn.Delete(expiryKey(time.Unix(0, at), id)); err != nil {
-			return err
-		}
-		// The index entry may outlive its record's life: the key may have
-		// been claimed again since. Delete only what is still expired.
-		if rec != nil && rec.State != StateInProgress && rec.ExpiresAt.UnixNano() == at && !now.Before(rec.ExpiresAt) {
-			ref = &Ref{Scope: rec.Scope, Key: rec.Key, Token: rec.Token}
-			return txn.Delete(withPrefix(prefixRecord, id))
-		}
-		return nil
-	})
-	return ref, err
 }
 
 // Maintain runs Badger's value-log garbage collection once, so that space
@@ -646,11 +652,13 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 
 // Close implements Backend.
 func (b *BadgerBackend) Close() error {
-	var err error
-	if b.seq != nil {
-		err = b.seq.Release()
+	select {
+	case <-b.stopped:
+	default:
+		close(b.stopped)
 	}
-	return errors.Join(err, b.db.Close())
+	<-b.committerDone
+	return b.db.Close()
 }
 
 // badgerLogger hands Badger's warnings and errors to slog and drops its
