@@ -5,13 +5,59 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestConformance runs the whole conformance suite against PostgreSQL: every
-// backend of a test gets a table of its own.
+// backend a test asks for gets a table of its own.
 func TestConformance(t *testing.T) {
 	p := pool(t)
 	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
 		return newBackend(t, p, nil)
 	})
+}
+
+// TestConformance_SimpleProtocol runs the suite again on a pool that sends
+// every statement with the simple protocol, as pools behind PgBouncer in
+// transaction mode are configured: a Claim's two statements then travel as
+// one multi-statement query.
+func TestConformance_SimpleProtocol(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(needServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+		return newBackend(t, p, nil)
+	})
+}
+
+// TestConformance_IsolationLevels runs the suite on pools whose sessions
+// default to a stricter isolation than READ COMMITTED: concurrent claims
+// then fail with serialization errors, which the backend retries, and the
+// contract holds all the same.
+func TestConformance_IsolationLevels(t *testing.T) {
+	for _, iso := range []string{"repeatable read", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(needServer(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			p, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+				return newBackend(t, p, nil)
+			})
+		})
+	}
 }

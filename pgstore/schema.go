@@ -72,7 +72,9 @@ var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this re
 // names.
 func (b *Backend) migrate(ctx context.Context, schema, table string) (names, error) {
 	var n names
-	tx, err := b.pool.Begin(ctx)
+	// READ COMMITTED whatever the server's default: once the lock is
+	// granted, the next statement must see what the holder committed.
+	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return n, b.fail(ctx, "migrate", err)
 	}
