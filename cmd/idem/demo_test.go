@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+// TestRunDemo runs the demo in-process with a fixed seed: with idem no
+// refund runs twice and every intended one runs, without keys some run
+// more than once; the store it keeps agrees with the ledger.
+func TestRunDemo(t *testing.T) {
+	var bar bytes.Buffer
+	cfg := demoConfig{Seed: 7, Agents: 24, Refunds: 3, Crash: true, Dir: t.TempDir(), Progress: &bar}
+	rep, err := runDemo(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, a := rep.With, rep.Without
+	t.Logf("without keys: %+v", a)
+	t.Logf("with idem:    %+v", w)
+
+	intended := cfg.Agents * cfg.Refunds
+	if w.Intended != intended || a.Intended != intended {
+		t.Fatalf("intended %d and %d, want %d", a.Intended, w.Intended, intended)
+	}
+	if w.Duplicates != 0 || w.WrongAmount != 0 || w.Missing != 0 || w.Executed != intended {
+		t.Fatalf("with idem: %d executed, %d duplicates, %d with a changed amount, %d missing",
+			w.Executed, w.Duplicates, w.WrongAmount, w.Missing)
+	}
+	if a.Duplicates == 0 {
+		t.Fatalf("without keys no refund ran twice: the faults did not bite")
+	}
+	if w.Crashes != 1 || a.Crashes != 1 {
+		t.Fatalf("crashes %d and %d, want one per run", a.Crashes, w.Crashes)
+	}
+	if w.Replays == 0 {
+		t.Fatalf("with idem nothing was replayed")
+	}
+	if !strings.Contains(bar.String(), "\r") || !strings.Contains(bar.String(), "refunds") {
+		t.Fatalf("no progress drawn: %q", bar.String())
+	}
+
+	// Every intended refund's key is done in the store, with the refund's
+	// answer saved.
+	store, err := idem.Open(rep.StoreDir, &idem.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	done := 0
+	err = store.Backend().(idem.Lister).Scan(context.Background(), func(rec *idem.Record) bool {
+		if rec.State == idem.StateDone {
+			done++
+			if rec.Result.Status != http.StatusCreated {
+				t.Errorf("key %s saved status %d", rec.Key, rec.Result.Status)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done != intended {
+		t.Fatalf("%d done records, want %d", done, intended)
+	}
+}
+
+func TestRun_Dispatch(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{nil, 2, "usage: idem <command>"},
+		{[]string{"help"}, 0, "demo"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"demo", "-agents", "0"}, 2, "-agents must be 1 to 1000"},
+		{[]string{"demo", "-refunds", "99"}, 2, "-refunds must be 1 to 50"},
+		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
+		{[]string{"demo", "-h"}, 2, "usage: idem demo"},
+		{[]string{"demo", "-bogus"}, 2, "flag provided but not defined"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(ctx, tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("run %q: exit %d, stderr %q; want %d and %q", tc.args, code, stderr.String(), tc.code, tc.stderr)
+		}
+	}
+}
+
+func TestRun_Demo(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"demo", "-agents", "6", "-refunds", "2", "-seed", "3"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"without keys", "with idem", "refunds executed", "duplicate refunds",
+		"responses replayed", "409 in progress", "422 changed amount refused", "claims recovered after the crash",
+		"With idem, no refund was paid twice"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\r") {
+		t.Errorf("progress drawn to a buffer, not a terminal")
+	}
+}
+
+func TestDemoReport_Verdict(t *testing.T) {
+	var rep demoReport
+	rep.Without.Duplicates = 5
+	if err := rep.verdict(); err != nil {
+		t.Fatalf("duplicates without keys failed the demo: %v", err)
+	}
+	rep.With.Duplicates = 1
+	if err := rep.verdict(); err == nil || !strings.Contains(err.Error(), "1 duplicate") {
+		t.Fatalf("a duplicate with idem passed: %v", err)
+	}
+}

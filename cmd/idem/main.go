@@ -1,0 +1,82 @@
+// Command idem is idem's command line: the demo, and (to come) inspecting,
+// listing and sweeping a store.
+//
+//	idem demo [-seed N] [-agents N] [-dir DIR]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// command is one subcommand. run gets the arguments after the command's
+// name; it returns errUsage for bad usage (exit status 2) and any other
+// error for failure (exit status 1).
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands is the subcommand table; add new subcommands here.
+func commands() []command {
+	return []command{
+		{name: "demo", summary: "run agents against a refund tool server, without keys and with idem", run: demoCommand},
+	}
+}
+
+// errUsage is returned by a command whose arguments were wrong, after it
+// printed why.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args to a subcommand and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+			return 2
+		default:
+			fmt.Fprintf(stderr, "idem %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "idem: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: idem <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `Run "idem <command> -h" for a command's flags.`)
+}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// agentHeader names the calling agent; with idem it is the key's scope.
+const agentHeader = "X-Agent"
+
+// toolServer is the demo's HTTP tool server: one refund tool backed by
+// the ledger, behind the idem middleware or (to compare) bare. It can be
+// crashed and restarted; with idem the store is reopened from its
+// directory and recovery resolves the claims the crash left open.
+type toolServer struct {
+	withIdem bool
+	dir      string
+	ledger   *ledger
+	events   *eventCounts
+
+	// latMu guards lat, the source of simulated provider latency.
+	latMu sync.Mutex
+	lat   *rand.Rand
+
+	url        atomic.Pointer[string] // the current base URL
+	unrecorded atomic.Int32           // refund handlers past the ledger, not yet answered
+
+	// mu guards srv and store, the running instance.
+	mu    sync.Mutex
+	srv   *http.Server
+	store *idem.Store
+}
+
+// eventCounts counts the store's events: the idem side of the report.
+type eventCounts struct {
+	replayed, inProgress, mismatch, committed, notCommitted atomic.Int64
+}
+
+func (c *eventCounts) Observe(e idem.Event) {
+	switch e.Kind {
+	case idem.EventReplayed:
+		c.replayed.Add(1)
+	case idem.EventInProgress:
+		c.inProgress.Add(1)
+	case idem.EventMismatch:
+		c.mismatch.Add(1)
+	case idem.EventRecovered:
+		if e.Verdict == idem.Committed.String() {
+			c.committed.Add(1)
+		} else {
+			c.notCommitted.Add(1)
+		}
+	}
+}
+
+func newToolServer(withIdem bool, dir string, l *ledger, seed uint64) *toolServer {
+	return &toolServer{withIdem: withIdem, dir: dir, ledger: l, events: &eventCounts{},
+		lat: rand.New(rand.NewPCG(seed, 0x5e7)), // latency only; agents have their own sources
+	}
+}
+
+// baseURL returns where the server listens now.
+func (s *toolServer) baseURL() string {
+	if u := s.url.Load(); u != nil {
+		return *u
+	}
+	return ""
+}
+
+// start opens the store (with idem) and serves on a fresh 127.0.0.1 port.
+func (s *toolServer) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gen := s.ledger.generation()
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.refund(gen, w, r) })
+	var store *idem.Store
+	if s.withIdem {
+		var err error
+		store, err = idem.Open(s.dir, &idem.Options{
+			Resolver: idem.ResolverFunc(s.resolve),
+			Observer: s.events,
+			Policy:   idemhttp.StatusPolicy,
+			// A crash does not wait for running requests: Close gives up on
+			// them at once and leaves their claims for recovery.
+			CloseTimeout: time.Millisecond,
+		})
+		if err != nil {
+			return err
+		}
+		h = idemhttp.Middleware(store, &idemhttp.Options{
+			Scope: func(r *http.Request) (string, error) {
+				if a := r.Header.Get(agentHeader); a != "" {
+					return a, nil
+				}
+				return "", fmt.Errorf("no %s header: %w", agentHeader, idemhttp.ErrUnauthenticated)
+			},
+		})(h)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /tools/refund", h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		if store != nil {
+			_ = store.Close()
+		}
+		return err
+	}
+	srv := &http.Server{Handler: mux, ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	s.srv, s.store = srv, store
+	u := "http://" + ln.Addr().String()
+	s.url.Store(&u)
+	return nil
+}
+
+// crash kills the running instance as a crash would: the ledger stops
+// taking its refunds, the store is closed under the requests in flight
+// (leaving their claims open, some after their refund was made), and
+// every connection drops.
+func (s *toolServer) crash() {
+	s.ledger.kill()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+	_ = s.srv.Close()
+	s.srv, s.store = nil, nil
+}
+
+// stop shuts the running instance down gracefully, resolving what the
+// crash left that no agent came back for.
+func (s *toolServer) stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if s.store != nil {
+		if _, serr := s.store.Sweep(ctx); serr != nil && err == nil {
+			err = serr
+		}
+		if cerr := s.store.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	s.srv, s.store = nil, nil
+	return err
+}
+
+// latency returns a simulated delay between lo and hi milliseconds.
+func (s *toolServer) latency(lo, hi int) time.Duration {
+	s.latMu.Lock()
+	defer s.latMu.Unlock()
+	return time.Duration(lo*1000+s.lat.IntN((hi-lo)*1000)) * time.Microsecond
+}
+
+// refundRequest is the refund tool's input.
+type refundRequest struct {
+	Order  string `json:"order"`
+	Amount string `json:"amount"`
+}
+
+// refund is the tool: it asks the provider (the ledger) for a refund and
+// answers with it. It knows nothing about idempotency.
+func (s *toolServer) refund(gen int, w http.ResponseWriter, r *http.Request) {
+	var in refundRequest
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Order == "" || in.Amount == "" {
+		http.Error(w, "bad refund request", http.StatusBadRequest)
+		return
+	}
+	time.Sleep(s.latency(1, 4)) // the call to the provider
+	ref, ok := s.ledger.refund(gen, r.Header.Get(agentHeader), r.Header.Get(idemhttp.HeaderKey), in.Order, in.Amount)
+	if !ok {
+		// This server instance has crashed: a dead process answers nothing.
+		panic(http.ErrAbortHandler)
+	}
+	s.unrecorded.Add(1)
+	defer s.unrecorded.Add(-1)
+	time.Sleep(s.latency(2, 10)) // writing the receipt, notifying the customer
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(ref)
+}
+
+// resolve is recovery's downstream check: a claim left open by the crash
+// committed if the ledger holds a refund made under its key.
+func (s *toolServer) resolve(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
+	ref, ok := s.ledger.lookup(rec.Scope, rec.Key)
+	if !ok {
+		return idem.Resolution{Verdict: idem.NotCommitted}, nil
+	}
+	body, err := json.Marshal(ref)
+	if err != nil {
+		return idem.Resolution{}, errors.Join(errors.New("encode refund"), err)
+	}
+	return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{
+		Status: http.StatusCreated,
+		Header: map[string][]string{"Content-Type": {"application/json"}},
+		Body:   append(body, '\n'),
+	}}, nil
+}
