@@ -77,6 +77,12 @@ func (c *counter) count() int {
 	return c.runs
 }
 
+func (c *counter) bodies() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.body...)
+}
+
 // reply is a response read whole.
 type reply struct {
 	status int

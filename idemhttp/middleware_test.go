@@ -32,8 +32,8 @@ func TestMiddleware_FirstRequestRuns(t *testing.T) {
 	if r.header.Get("Set-Cookie") == "" || r.header.Get("X-Not-Saved") == "" {
 		t.Fatalf("the first response must carry every header the handler set: %v", r.header)
 	}
-	if h.count() != 1 || h.body[0] != `{"order":"o-1","amount":"12.50"}` {
-		t.Fatalf("handler runs %d, bodies %q", h.count(), h.body)
+	if b := h.bodies(); len(b) != 1 || b[0] != `{"order":"o-1","amount":"12.50"}` {
+		t.Fatalf("handler saw bodies %q", b)
 	}
 	rec := recordGet(t, store, "", "k1")
 	if rec.State != idem.StateDone || rec.Result.Status != http.StatusCreated {
@@ -533,8 +533,8 @@ func TestMiddleware_BodyLimit(t *testing.T) {
 	}
 	// At the limit the body reaches the handler intact.
 	r = send(t, "POST", srv.URL+"/x", "k3", strings.Repeat("z", 16))
-	if r.status != http.StatusCreated || h.body[0] != strings.Repeat("z", 16) {
-		t.Fatalf("at the limit: %d, handler saw %q", r.status, h.body)
+	if b := h.bodies(); r.status != http.StatusCreated || len(b) != 1 || b[0] != strings.Repeat("z", 16) {
+		t.Fatalf("at the limit: %d, handler saw %q", r.status, b)
 	}
 }
 
@@ -814,5 +814,38 @@ func TestMiddleware_BadConfigurationPanics(t *testing.T) {
 			}()
 			idemhttp.Middleware(tc.store, tc.opts)
 		})
+	}
+}
+
+// TestMiddleware_LeaseExtended checks that a handler running far longer
+// than the lease keeps its claim: the lease is extended every Lease/3, so
+// a repeat meets a live claim (409), never a stale one to recover.
+func TestMiddleware_LeaseExtended(t *testing.T) {
+	clock := newManualClock()
+	store := newStore(t, &idem.Options{Clock: clock, Lease: 3 * time.Second})
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		close(started)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	})))
+	first := make(chan reply, 1)
+	go func() { first <- send(t, "POST", srv.URL+"/x", "k", `{}`) }()
+	<-started
+	// Each heartbeat waits a second on the clock; move it on as each one
+	// starts waiting: ten seconds, more than three leases.
+	for range 10 {
+		<-clock.added
+		clock.Advance(time.Second)
+	}
+	r := send(t, "POST", srv.URL+"/x", "k", `{}`)
+	if p := r.problem(t); r.status != http.StatusConflict || p.Type != idemhttp.ProblemInProgress {
+		t.Fatalf("repeat during a long run: %d %+v", r.status, p)
+	}
+	close(release)
+	if f := <-first; f.status != http.StatusCreated || runs.Load() != 1 {
+		t.Fatalf("first: %d, %d runs", f.status, runs.Load())
 	}
 }

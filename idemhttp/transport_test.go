@@ -23,6 +23,12 @@ type hits struct {
 	n      atomic.Int32
 }
 
+func (h *hits) sent() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.bodies...)
+}
+
 func (h *hits) wrap(next func(n int32, w http.ResponseWriter, r *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -99,8 +105,8 @@ func TestTransport_ResponseDroppedAfterActing(t *testing.T) {
 	if h.count() != 1 || seen.n.Load() != 3 || len(clock.Waits()) != 2 {
 		t.Fatalf("%d runs, %d attempts, waits %v", h.count(), seen.n.Load(), clock.Waits())
 	}
-	if !slices.Equal(seen.bodies, []string{`{"amount":"5.00"}`, `{"amount":"5.00"}`, `{"amount":"5.00"}`}) {
-		t.Fatalf("bodies sent %q", seen.bodies)
+	if b := seen.sent(); !slices.Equal(b, []string{`{"amount":"5.00"}`, `{"amount":"5.00"}`, `{"amount":"5.00"}`}) {
+		t.Fatalf("bodies sent %q", b)
 	}
 }
 
@@ -182,8 +188,8 @@ func TestTransport_AttemptTimeout(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("%v %v", resp, err)
 	}
-	if seen.n.Load() != 2 || seen.bodies[1] != `{"a":1}` {
-		t.Fatalf("%d attempts, bodies %q", seen.n.Load(), seen.bodies)
+	if b := seen.sent(); len(b) != 2 || b[1] != `{"a":1}` {
+		t.Fatalf("bodies sent %q", b)
 	}
 }
 
@@ -302,8 +308,8 @@ func TestTransport_ResendsBodyWithoutGetBody(t *testing.T) {
 	}
 	resp.Body.Close()
 	want := []string{`{"amount":"7.00"}`, `{"amount":"7.00"}`, `{"amount":"7.00"}`}
-	if !slices.Equal(seen.bodies, want) {
-		t.Fatalf("bodies %q", seen.bodies)
+	if b := seen.sent(); !slices.Equal(b, want) {
+		t.Fatalf("bodies %q", b)
 	}
 }
 
