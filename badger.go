@@ -6,7 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sort"
 	"sync"
 	"time"
@@ -156,6 +160,11 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	if o.Tune != nil {
 		o.Tune(&bo)
 	}
+	if !o.InMemory && !o.ReadOnly {
+		if err := removeEmptyLogs(dir); err != nil {
+			return nil, fmt.Errorf("%w: open badger at %q: %v", ErrUnavailable, dir, err)
+		}
+	}
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %v", ErrUnavailable, dir, err)
@@ -193,6 +202,37 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	return b, nil
 }
 
+// removeEmptyLogs deletes zero-byte value-log and memtable files. A process
+// killed while Badger opens can leave such a file behind (every open
+// creates a new one), and Badger v4.9.6 then refuses to open the directory
+// once ("Create a new file"; upstream issue 2207). An empty file holds no
+// data, so removing it loses nothing.
+func removeEmptyLogs(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(name, ".vlog") || strings.HasSuffix(name, ".mem")) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		if info.Size() == 0 {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // tokenKey holds the highest fencing token handed out, big-endian.
 var tokenKey = []byte("s/token")
 
@@ -225,21 +265,41 @@ func (b *BadgerBackend) orphanOpenClaims() error {
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		err := b.update(id, func(txn *wtxn, rec *Record) error {
-			if rec == nil || rec.State != StateInProgress {
-				return txn.Delete(withPrefix(prefixClaim, id))
-			}
-			rec.LeaseEnds = time.Time{}
-			rec.Owner = ""
-			txn.onCommit(func() { b.setOpen(id, rec) })
-			return b.put(txn, id, rec, time.Time{})
-		})
-		if err != nil {
+	// A few ops for all of them: one commit per thousand claims, not one per
+	// claim.
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 1000)]
+		ids = ids[len(chunk):]
+		if err := b.orphan(chunk); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// orphan ends the lease of each open claim in ids, in one op.
+func (b *BadgerBackend) orphan(ids [][]byte) error {
+	return b.batch(func(w *wtxn) error {
+		for _, id := range ids {
+			rec, err := getRecord(w, id)
+			if err != nil {
+				return err
+			}
+			if rec == nil || rec.State != StateInProgress {
+				if err := w.Delete(withPrefix(prefixClaim, id)); err != nil {
+					return err
+				}
+				continue
+			}
+			rec.LeaseEnds = time.Time{}
+			rec.Owner = ""
+			if err := b.put(w, id, rec, time.Time{}); err != nil {
+				return err
+			}
+			w.onCommit(func() { b.setOpen(id, rec) })
+		}
+		return nil
+	})
 }
 
 func recordID(scope, key string) []byte {

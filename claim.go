@@ -253,7 +253,7 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		}
 		return *saved, true, nil
 	}
-	fnCtx, cancel := context.WithCancel(ctx)
+	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, claimKey{}, c))
 	hbDone := make(chan struct{})
 	go c.heartbeat(fnCtx, cancel, hbDone)
 	finish := func() {
@@ -301,6 +301,15 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		return res, false, fmt.Errorf("idem: effect for key %q ran but its outcome was not recorded: %w", req.Key, errors.Join(endErr, err))
 	}
 	return res, false, err
+}
+
+type claimKey struct{}
+
+// ClaimFromContext returns the claim whose effect Do is running with ctx,
+// so that the effect can pass the fencing token downstream.
+func ClaimFromContext(ctx context.Context) (*Claim, bool) {
+	c, ok := ctx.Value(claimKey{}).(*Claim)
+	return c, ok
 }
 
 // heartbeat extends the claim every lease/3 until ctx ends. If the claim

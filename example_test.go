@@ -212,3 +212,19 @@ func ExampleNew() {
 	fmt.Println(store.Options().Lease)
 	// Output: 1m0s
 }
+
+func ExampleClaimFromContext() {
+	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	_, _, _ = store.Do(context.Background(), idem.Request{Key: "k"}, func(ctx context.Context) (idem.Result, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		// A downstream that keeps the highest token it saw per key can refuse
+		// writes from a holder whose claim was taken over.
+		fmt.Println("token", c.Token(), "key", c.Key())
+		return idem.Result{Status: 200}, nil
+	})
+	// Output: token 1 key k
+}

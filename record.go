@@ -20,13 +20,15 @@ const (
 	StateDone State = 2
 )
 
-// String returns "in_progress" or "done".
+// String returns "in_progress", "done" or "released".
 func (s State) String() string {
 	switch s {
 	case StateInProgress:
 		return "in_progress"
 	case StateDone:
 		return "done"
+	case StateReleased:
+		return "released"
 	default:
 		return fmt.Sprintf("state(%d)", uint8(s))
 	}
