@@ -90,35 +90,37 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 		// comes back. Under READ COMMITTED a row that another instance
 		// handed out after this statement's snapshot was taken is locked on
 		// its newest version and checked again, so two instances never get
-		// the same row from statements that overlap.
+		// the same row from statements that overlap. The rows are locked by
+		// this statement, so their ctids hold until it writes them: the
+		// write is a TID scan of exactly the rows chosen, whatever the
+		// table's size.
 		stale: r.Replace(`
-WITH due AS (
-	SELECT scope, key FROM {table}
+UPDATE {table} AS r SET sweeper = $2, sweep_until = $4
+WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM {table}
 	WHERE state = 1 AND NOT attention AND lease_ends <= $1 AND next_check <= $1
 		AND (sweep_until <= $1 OR sweeper = $2)
 	ORDER BY lease_ends
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE {table} AS r SET sweeper = $2, sweep_until = $4
-FROM due WHERE r.scope = due.scope AND r.key = due.key
+))
 RETURNING {r.cols}`),
 
 		// reclaim deletes a batch of expired records through the partial
-		// index on expiry. A row locked by a claim in flight is skipped: the
-		// claim may be reviving it. The DELETE's own WHERE is checked again
-		// on the locked row, so a record claimed again is never deleted.
+		// index on expiry, as stale chooses its rows. A row locked by a
+		// claim in flight is skipped: the claim may be reviving it. A row
+		// claimed again since the snapshot is locked on its newest version
+		// and checked again, so a live record is never deleted.
 		reclaim: r.Replace(`
-WITH due AS (
-	SELECT scope, key FROM {table}
+DELETE FROM {table}
+WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM {table}
 	WHERE state <> 1 AND expires_at <= $1
 	ORDER BY expires_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM {table} AS r USING due
-WHERE r.scope = due.scope AND r.key = due.key AND r.state <> 1 AND r.expires_at <= $1
-RETURNING r.scope, r.key, r.token`),
+))
+RETURNING scope, key, token`),
 
 		scan: r.Replace(`
 SELECT {cols} FROM {table} WHERE (scope, key) > ($1, $2) ORDER BY scope, key LIMIT $3`),
