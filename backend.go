@@ -115,3 +115,12 @@ type Lister interface {
 	// error occurs.
 	Scan(ctx context.Context, fn func(*Record) bool) error
 }
+
+// Tallier is implemented by backends that keep a record's counts of
+// replays and rejections (Record.Replays and the like). The Store gathers
+// counts in memory and hands them over in batches, off the request path.
+type Tallier interface {
+	// AddTallies adds each tally's counts to its record, if it still
+	// exists.
+	AddTallies(ctx context.Context, tallies []Tally) error
+}

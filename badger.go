@@ -293,6 +293,7 @@ func (b *BadgerBackend) orphan(ids [][]byte) error {
 			}
 			rec.LeaseEnds = time.Time{}
 			rec.Owner = ""
+			rec.NoteAttempt(rec.Token, "orphaned by a restart")
 			if err := b.put(w, id, rec, time.Time{}); err != nil {
 				return err
 			}
@@ -412,6 +413,9 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 			if rec.State == StateReleased {
 				n.FirstSeen = rec.FirstSeen
 				n.Claims = rec.Claims + 1
+				n.Attempts = rec.Attempts
+				n.Replays, n.LastReplay = rec.Replays, rec.LastReplay
+				n.Conflicts, n.Mismatches, n.LastRejection = rec.Conflicts, rec.Mismatches, rec.LastRejection
 			}
 			if !rec.ExpiresAt.IsZero() {
 				if err := txn.Delete(expiryKey(rec.ExpiresAt, id)); err != nil {
@@ -419,6 +423,7 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 				}
 			}
 		}
+		n.AddAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
 		if err := txn.Set(withPrefix(prefixClaim, id), nil); err != nil {
 			return err
 		}
@@ -468,6 +473,11 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 		res := c.Result
 		rec.State, rec.Result = StateDone, &res
 		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
+		outcome := "completed"
+		if c.Recovered != "" {
+			outcome = "recovered: " + c.Recovered
+		}
+		rec.EndAttempt(token, c.At, outcome, "", c.Result.Status)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
 			return err
@@ -481,6 +491,7 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token uint64, r Releasing) error {
 	return b.fenced(ctx, "release", scope, key, token, r.At, func(txn *wtxn, id []byte, rec *Record) error {
 		rec.State, rec.ExpiresAt, rec.Recovered = StateReleased, r.ExpiresAt, r.Reason
+		rec.EndAttempt(token, r.At, "released", r.Reason, 0)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		rec.DoneAt = r.At
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
@@ -663,6 +674,37 @@ func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, er
 		return nil
 	})
 	return due, err
+}
+
+// AddTallies implements Tallier: the counts of many records in one op.
+func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return unavailable("tally", b.batch(func(w *wtxn) error {
+		for _, t := range tallies {
+			id := recordID(t.Scope, t.Key)
+			rec, err := getRecord(w, id)
+			if errors.Is(err, ErrCorrupt) || (err == nil && rec == nil) {
+				continue // reclaimed since, or left for an operator
+			}
+			if err != nil {
+				return err
+			}
+			rec.Apply(t)
+			if err := b.put(w, id, rec, latest(t.LastReplay, t.LastRejection)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Maintain runs Badger's value-log garbage collection once, so that space

@@ -113,11 +113,13 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 		}
 		if rec.Fingerprint != req.Fingerprint {
 			s.observe(Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			s.count(req.Scope, req.Key, EventMismatch, now)
 			return nil, nil, &MismatchError{Scope: req.Scope, Key: req.Key, Stored: rec.Fingerprint, Got: req.Fingerprint}
 		}
 		switch {
 		case rec.State == StateDone:
 			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			s.count(req.Scope, req.Key, EventReplayed, now)
 			res := rec.Result
 			if res == nil {
 				res = &Result{}
@@ -125,6 +127,7 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			return nil, res, nil
 		case !rec.Stale(now):
 			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
+			s.count(req.Scope, req.Key, EventInProgress, now)
 			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: rec.LeaseEnds}
 		}
 		if _, err := s.recover(ctx, rec, now); err != nil {

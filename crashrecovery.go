@@ -168,6 +168,9 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 	s.leave()
 	s.sweeps.Lock()
 	defer s.sweeps.Unlock()
+	if err := s.flushTallies(ctx); err != nil {
+		return rep, err
+	}
 
 	const batch = 256
 	// A bounded number of batches keeps one sweep short even when a claim

@@ -97,6 +97,96 @@ type Record struct {
 	Recovered string `msgpack:"rc,omitempty"`
 	// Owner identifies the process instance that holds the claim.
 	Owner string `msgpack:"ow,omitempty"`
+
+	// Attempts tells the story of the claims of this record's life, oldest
+	// first: the first claim and the latest ones, at most MaxAttempts.
+	Attempts []Attempt `msgpack:"a,omitempty"`
+	// Replays counts the repeats answered with the saved result;
+	// LastReplay is the latest. Counted in batches: a crash may lose the
+	// last second's counts, never a result.
+	Replays    int64     `msgpack:"rp,omitempty"`
+	LastReplay time.Time `msgpack:"lr,omitempty"`
+	// Conflicts counts repeats refused because a claim was in progress
+	// (409); Mismatches those refused for another fingerprint (422).
+	// LastRejection is the latest of either.
+	Conflicts     int64     `msgpack:"cf,omitempty"`
+	Mismatches    int64     `msgpack:"mm,omitempty"`
+	LastRejection time.Time `msgpack:"lj,omitempty"`
+}
+
+// MaxAttempts bounds Record.Attempts: the first attempt and the latest
+// ones are kept.
+const MaxAttempts = 16
+
+// Attempt is one claim in a record's story.
+type Attempt struct {
+	Token     uint64    `msgpack:"t"`
+	ClaimedAt time.Time `msgpack:"c"`
+	Owner     string    `msgpack:"o,omitempty"`
+	// EndedAt and Outcome are zero while the claim is open. Outcome is
+	// "completed", "released", "recovered: committed" or
+	// "recovered: not committed".
+	EndedAt time.Time `msgpack:"e,omitempty"`
+	Outcome string    `msgpack:"x,omitempty"`
+	// Reason says why a claim was released, or notes what happened to it
+	// while open (such as "orphaned by a restart").
+	Reason string `msgpack:"r,omitempty"`
+	// Status is the saved result's status, for a completed claim.
+	Status int `msgpack:"s,omitempty"`
+}
+
+// AddAttempt appends a new claim to the story, keeping the first and the
+// latest ones. Backends call it when they store a claim.
+func (r *Record) AddAttempt(a Attempt) {
+	r.Attempts = append(r.Attempts, a)
+	if n := len(r.Attempts); n > MaxAttempts {
+		r.Attempts = append(r.Attempts[:1], r.Attempts[n-MaxAttempts+1:]...)
+	}
+}
+
+// EndAttempt records how the claim with token ended. Backends call it when
+// they complete or release a claim.
+func (r *Record) EndAttempt(token uint64, at time.Time, outcome, reason string, status int) {
+	for i := len(r.Attempts) - 1; i >= 0; i-- {
+		if a := &r.Attempts[i]; a.Token == token {
+			a.EndedAt, a.Outcome, a.Status = at, outcome, status
+			if reason != "" {
+				a.Reason = reason
+			}
+			return
+		}
+	}
+}
+
+// NoteAttempt adds a note to the open claim with token.
+func (r *Record) NoteAttempt(token uint64, note string) {
+	for i := len(r.Attempts) - 1; i >= 0; i-- {
+		if a := &r.Attempts[i]; a.Token == token {
+			a.Reason = note
+			return
+		}
+	}
+}
+
+// Tally is a batch of counts for one record, added by Store in the
+// background so that counting never puts a replay on the disk's path.
+type Tally struct {
+	Scope, Key                    string
+	Replays, Conflicts, Mismatches int64
+	LastReplay, LastRejection     time.Time
+}
+
+// Apply adds t's counts to r.
+func (r *Record) Apply(t Tally) {
+	r.Replays += t.Replays
+	r.Conflicts += t.Conflicts
+	r.Mismatches += t.Mismatches
+	if t.LastReplay.After(r.LastReplay) {
+		r.LastReplay = t.LastReplay
+	}
+	if t.LastRejection.After(r.LastRejection) {
+		r.LastRejection = t.LastRejection
+	}
 }
 
 // Stale reports whether an in-progress record's lease has ended at now.
@@ -123,6 +213,7 @@ func (r *Record) Clone() *Record {
 		res.Body = append([]byte(nil), r.Result.Body...)
 		c.Result = &res
 	}
+	c.Attempts = append([]Attempt(nil), r.Attempts...)
 	return &c
 }
 

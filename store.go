@@ -143,9 +143,12 @@ type Store struct {
 	ops       int  // backend calls in flight
 	closed    bool // the backend is closed or closing: no call may start
 
-	stop   chan struct{} // closed to stop the background sweep
-	bgDone chan struct{} // closed when the background sweep has returned
-	sweeps sync.Mutex    // one Sweep at a time
+	stop      chan struct{} // closed to stop the background goroutines
+	bgDone    chan struct{} // closed when the background sweep has returned
+	tallyDone chan struct{} // closed when the tally flusher has returned
+	flushNow  chan struct{} // asks the tally flusher to flush early
+	sweeps    sync.Mutex    // one Sweep at a time
+	counts    tallies       // replays and rejections not yet flushed
 }
 
 // Open opens (or creates) a store in a directory on the embedded Badger
@@ -174,8 +177,10 @@ func New(b Backend, opts *Options) *Store {
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	s := &Store{b: b, o: opts.withDefaults(), owner: hex.EncodeToString(id[:]), accepting: true,
-		stop: make(chan struct{}), bgDone: make(chan struct{})}
+		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
+		flushNow: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
+	go s.tallyLoop()
 	if s.o.SweepInterval > 0 {
 		go s.background()
 	} else {
@@ -216,6 +221,10 @@ func (s *Store) Close() error {
 
 	close(s.stop)
 	<-s.bgDone
+	<-s.tallyDone
+	if err := s.flushTallies(context.Background()); err != nil {
+		s.observeErr("tally", "", "", 0, err)
+	}
 
 	s.mu.Lock()
 	s.closed = true

@@ -677,13 +677,15 @@ func testCloseDrains(t *testing.T, nb NewBackend) {
 	<-started
 	closed := make(chan error, 1)
 	go func() { closed <- e.store.Close() }()
-	// New requests are refused while Close drains.
-	for {
-		_, _, err := e.store.Begin(ctx, req("other", "fp"))
+	// New requests are refused while Close drains. A claim won before Close
+	// began is released at once, so that Close need not wait for it.
+	for i := 0; ; i++ {
+		c, _, err := e.store.Begin(ctx, req(keyN("other", i), "fp"))
 		if errors.Is(err, idem.ErrClosed) {
 			break
 		}
 		require.NoError(t, err)
+		require.NoError(t, c.Release(ctx, "test"))
 	}
 	close(release)
 	require.NoError(t, <-done, "an effect running when Close began must be recorded")
@@ -726,18 +728,85 @@ func testObserver(t *testing.T, nb NewBackend) {
 }
 
 func testStory(t *testing.T, nb NewBackend) {
-	e := newEnv(t, nb)
+	res := answer(idem.Committed, okResult("ledger"))
+	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
 	c := e.claim(r)
+	first := c.Token()
 	require.NoError(t, c.Release(ctx, "transient"))
 	e.clk.Advance(time.Minute)
 	c = e.claim(r)
 	e.clk.Advance(time.Second)
-	require.NoError(t, c.Complete(ctx, okResult("x")))
+	require.NoError(t, c.Complete(ctx, idem.Result{Status: 201, Body: []byte("x")}))
 	rec := e.get(r)
 	require.Equal(t, 2, rec.Claims)
 	require.True(t, rec.FirstSeen.Equal(epoch))
 	require.True(t, rec.ClaimedAt.Equal(epoch.Add(time.Minute)))
 	require.True(t, rec.DoneAt.Equal(epoch.Add(time.Minute+time.Second)))
 	require.Equal(t, c.Token(), rec.Token)
+	require.Len(t, rec.Attempts, 2)
+	a0, a1 := rec.Attempts[0], rec.Attempts[1]
+	require.Equal(t, first, a0.Token)
+	require.True(t, a0.ClaimedAt.Equal(epoch))
+	require.True(t, a0.EndedAt.Equal(epoch))
+	require.Equal(t, "released", a0.Outcome)
+	require.Equal(t, "transient", a0.Reason)
+	require.Equal(t, c.Token(), a1.Token)
+	require.True(t, a1.ClaimedAt.Equal(epoch.Add(time.Minute)))
+	require.True(t, a1.EndedAt.Equal(epoch.Add(time.Minute+time.Second)))
+	require.Equal(t, "completed", a1.Outcome)
+	require.Equal(t, 201, a1.Status)
+
+	// Replays and rejections are counted off the request path, and reach
+	// the record by the next sweep at the latest.
+	for range 3 {
+		e.clk.Advance(time.Second)
+		e.replay(r)
+	}
+	_, _, err := e.store.Begin(ctx, req("k", "other"))
+	require.ErrorIs(t, err, idem.ErrMismatch)
+	lastReplay := e.clk.Now()
+	e.clk.Advance(time.Second)
+	_, _, err = e.store.Begin(ctx, req("k", "other"))
+	require.ErrorIs(t, err, idem.ErrMismatch)
+	_, err = e.store.Sweep(ctx)
+	require.NoError(t, err)
+	rec = e.get(r)
+	require.Equal(t, int64(3), rec.Replays)
+	require.True(t, rec.LastReplay.Equal(lastReplay))
+	require.Equal(t, int64(2), rec.Mismatches)
+	require.True(t, rec.LastRejection.Equal(e.clk.Now()))
+
+	// A conflict (409), and a claim ended by recovery.
+	r2 := req("k2", "fp")
+	held := e.claim(r2)
+	_, _, err = e.store.Begin(ctx, r2)
+	require.ErrorIs(t, err, idem.ErrInProgress)
+	e.clk.Advance(lease)
+	require.Equal(t, "ledger", string(e.replay(r2).Body))
+	_, err = e.store.Sweep(ctx)
+	require.NoError(t, err)
+	rec = e.get(r2)
+	require.Equal(t, int64(1), rec.Conflicts)
+	require.Equal(t, int64(1), rec.Replays)
+	require.Len(t, rec.Attempts, 1)
+	require.Equal(t, held.Token(), rec.Attempts[0].Token)
+	require.Equal(t, "recovered: committed", rec.Attempts[0].Outcome)
+	require.Equal(t, 200, rec.Attempts[0].Status)
+}
+
+func testStoryBounded(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb)
+	r := req("k", "fp")
+	var tokens []uint64
+	for range idem.MaxAttempts + 5 {
+		c := e.claim(r)
+		tokens = append(tokens, c.Token())
+		require.NoError(t, c.Release(ctx, "again"))
+	}
+	rec := e.get(r)
+	require.Len(t, rec.Attempts, idem.MaxAttempts, "the story is bounded")
+	require.Equal(t, tokens[0], rec.Attempts[0].Token, "the first claim is kept")
+	require.Equal(t, tokens[len(tokens)-1], rec.Attempts[idem.MaxAttempts-1].Token, "and the latest")
+	require.Equal(t, idem.MaxAttempts+5, rec.Claims)
 }

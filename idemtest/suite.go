@@ -88,7 +88,8 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Race_64GoroutinesOneKey", testRace},
 		{"Race_DoWhileClose", testCloseDrains},
 		{"Observer_EveryTransition", testObserver},
-		{"Story_ClaimsAndTimes", testStory},
+		{"Story_ClaimsAndCounts", testStory},
+		{"Story_Bounded", testStoryBounded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBackend) })
