@@ -171,9 +171,9 @@ func (r *Record) NoteAttempt(token uint64, note string) {
 // Tally is a batch of counts for one record, added by Store in the
 // background so that counting never puts a replay on the disk's path.
 type Tally struct {
-	Scope, Key                    string
+	Scope, Key                     string
 	Replays, Conflicts, Mismatches int64
-	LastReplay, LastRejection     time.Time
+	LastReplay, LastRejection      time.Time
 }
 
 // Apply adds t's counts to r.
