@@ -69,6 +69,19 @@ func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdic
 	if rec.Attention {
 		return Unknown, unknown()
 	}
+	if rec.Scope == JournalScope {
+		// A stale journal claim is a plan that was never saved: its step was
+		// never sent, so it is not committed. The caller's resolver knows
+		// nothing of it.
+		err := s.fencedCall(func() error {
+			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token, Releasing{
+				At: now, ExpiresAt: now.Add(time.Hour), Reason: "recovered: plan never saved"})
+		})
+		if err != nil && !errors.Is(err, ErrFenced) {
+			return Unknown, err
+		}
+		return NotCommitted, nil
+	}
 	if s.o.Resolver == nil {
 		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
 			Reason: "no resolver configured"})

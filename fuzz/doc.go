@@ -1,0 +1,2 @@
+// Package fuzz holds fuzz targets over idem's exported API.
+package fuzz
