@@ -106,7 +106,8 @@ func (r reply) problem(t testing.TB) idemhttp.Problem {
 }
 
 // send makes one request with a plain client; key "" sends no key header,
-// and extra headers are added as given. It may run on any goroutine: a
+// and extra headers are added as given (a Content-Type among them replaces
+// the default application/json). It may run on any goroutine: a
 // failure is reported with t.Errorf and gives a reply with status -1.
 func send(t testing.TB, method, url, key, body string, extra ...string) reply {
 	t.Helper()
@@ -120,6 +121,10 @@ func send(t testing.TB, method, url, key, body string, extra ...string) reply {
 		req.Header.Set(idemhttp.HeaderKey, key)
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
+		if http.CanonicalHeaderKey(extra[i]) == "Content-Type" {
+			req.Header.Set(extra[i], extra[i+1])
+			continue
+		}
 		req.Header.Add(extra[i], extra[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -61,8 +61,8 @@ type Options struct {
 	// does not run. Default 1 MiB.
 	MaxBodyBytes int64
 
-	// MaxJSONDepth bounds the nesting of JSON bodies when fingerprinting.
-	// Default: the core fingerprinter's default.
+	// MaxJSONDepth bounds the nesting of JSON bodies when fingerprinting;
+	// a deeper body gets 400. Default idem.DefaultMaxDepth (64).
 	MaxJSONDepth int
 
 	// MaxResponseBytes bounds the response body kept for replay. A larger
@@ -117,7 +117,7 @@ type middleware struct {
 	scope       func(*http.Request) (string, error)
 	route       func(*http.Request) string
 	maxBody     int64
-	fp          fingerprinter
+	fp          idem.Fingerprinter
 	maxResponse int
 	keep        map[string]bool
 	wait        time.Duration
@@ -204,7 +204,7 @@ func newMiddleware(store *idem.Store, opts *Options) *middleware {
 	if m.unknown == 0 {
 		m.unknown = DefaultUnknownStatus
 	}
-	m.fp = fingerprinter{MaxBytes: int(m.maxBody), MaxDepth: o.MaxJSONDepth}
+	m.fp = idem.Fingerprinter{MaxBytes: int(m.maxBody), MaxDepth: o.MaxJSONDepth}
 	saved := o.SavedHeaders
 	if saved == nil {
 		saved = defaultSavedHeaders()
@@ -270,7 +270,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 		writeProblem(w, Problem{Type: ProblemInvalidBody, Title: "Request body not accepted", Status: http.StatusBadRequest,
-			Key: key, Detail: fmt.Sprintf("key %q: %s", key, strings.TrimPrefix(err.Error(), "idem: "))}, 0)
+			Key: key, Detail: fmt.Sprintf("key %q: %s", key, m.bodyTrouble(err))}, 0)
 		return
 	}
 	// The handler gets the body it would have had, read from memory.
@@ -304,6 +304,25 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request, key string
 		return nil, false
 	}
 	return body, true
+}
+
+// bodyTrouble says why a body could not be fingerprinted without quoting
+// it: the core's errors may carry pieces of the body, such as a member name.
+func (m *middleware) bodyTrouble(err error) string {
+	switch {
+	case errors.Is(err, idem.ErrDuplicateMember):
+		return "a JSON object in the body names a member twice"
+	case errors.Is(err, idem.ErrBodyTooDeep):
+		depth := m.fp.MaxDepth
+		if depth <= 0 {
+			depth = idem.DefaultMaxDepth
+		}
+		return fmt.Sprintf("the JSON body nests deeper than %d levels", depth)
+	case errors.Is(err, idem.ErrInvalidJSON):
+		return "the body is not valid JSON"
+	default:
+		return "the body could not be fingerprinted"
+	}
 }
 
 func (m *middleware) tooLarge(w http.ResponseWriter, key string) {

@@ -532,7 +532,7 @@ func TestMiddleware_BodyLimit(t *testing.T) {
 		t.Fatalf("handler ran %d times", h.count())
 	}
 	// At the limit the body reaches the handler intact.
-	r = send(t, "POST", srv.URL+"/x", "k3", strings.Repeat("z", 16))
+	r = send(t, "POST", srv.URL+"/x", "k3", strings.Repeat("z", 16), "Content-Type", "text/plain")
 	if b := h.bodies(); r.status != http.StatusCreated || len(b) != 1 || b[0] != strings.Repeat("z", 16) {
 		t.Fatalf("at the limit: %d, handler saw %q", r.status, b)
 	}
@@ -847,5 +847,47 @@ func TestMiddleware_LeaseExtended(t *testing.T) {
 	close(release)
 	if f := <-first; f.status != http.StatusCreated || runs.Load() != 1 {
 		t.Fatalf("first: %d, %d runs", f.status, runs.Load())
+	}
+}
+
+func TestMiddleware_CanonicalJSON(t *testing.T) {
+	store := newStore(t, nil)
+	h := &counter{}
+	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+
+	send(t, "POST", srv.URL+"/refunds", "k", `{"order":"o-1","amount":"12.50","meta":{"a":1,"b":[1,2]}}`)
+	// The same request in other words: members reordered, whitespace, escapes.
+	r := send(t, "POST", srv.URL+"/refunds", "k", "{ \"meta\" : {\"b\":[1, 2], \"a\":1},\n \"amount\":\"12.50\", \"order\":\"o-\\u0031\" }",
+		"Content-Type", "application/json; charset=utf-8")
+	if r.status != http.StatusCreated || r.header.Get(idemhttp.HeaderReplayed) != "true" || h.count() != 1 {
+		t.Fatalf("same JSON in other words: %d %s, %d runs", r.status, r.body, h.count())
+	}
+	// Array order is meaning.
+	r = send(t, "POST", srv.URL+"/refunds", "k", `{"order":"o-1","amount":"12.50","meta":{"a":1,"b":[2,1]}}`)
+	if r.status != http.StatusUnprocessableEntity || h.count() != 1 {
+		t.Fatalf("reordered array: %d, %d runs", r.status, h.count())
+	}
+}
+
+func TestMiddleware_InvalidBody(t *testing.T) {
+	store := newStore(t, nil)
+	h := &counter{}
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{MaxJSONDepth: 3})(h))
+
+	for name, body := range map[string]string{
+		"duplicate member": `{"secret_member":"1.00","secret_member":"9.00"}`,
+		"malformed":        `{"amount":`,
+		"too deep":         `{"a":{"b":{"c":{"d":1}}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := send(t, "POST", srv.URL+"/x", "k-"+name, body)
+			p := r.problem(t)
+			if r.status != http.StatusBadRequest || p.Type != idemhttp.ProblemInvalidBody || strings.Contains(r.body, "secret") {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+		})
+	}
+	if h.count() != 0 {
+		t.Fatalf("handler ran %d times", h.count())
 	}
 }
