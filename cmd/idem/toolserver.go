@@ -38,10 +38,11 @@ type toolServer struct {
 	url        atomic.Pointer[string] // the current base URL
 	unrecorded atomic.Int32           // refund handlers past the ledger, not yet answered
 
-	// mu guards srv and store, the running instance.
-	mu    sync.Mutex
-	srv   *http.Server
-	store *idem.Store
+	// mu guards srv, store and backend, the running instance.
+	mu      sync.Mutex
+	srv     *http.Server
+	store   *idem.Store
+	backend *killable
 }
 
 // eventCounts counts the store's events: the idem side of the report.
@@ -86,20 +87,25 @@ func (s *toolServer) start() error {
 	defer s.mu.Unlock()
 	gen := s.ledger.generation()
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.refund(gen, w, r) })
-	var store *idem.Store
+	var (
+		store   *idem.Store
+		backend *killable
+	)
 	if s.withIdem {
-		var err error
-		store, err = idem.Open(s.dir, &idem.Options{
-			Resolver: idem.ResolverFunc(s.resolve),
-			Observer: s.events,
-			Policy:   idemhttp.StatusPolicy,
-			// A crash does not wait for running requests: Close gives up on
-			// them at once and leaves their claims for recovery.
-			CloseTimeout: time.Millisecond,
-		})
+		// idem.Open, with a kill switch between the store and the disk.
+		b, err := idem.OpenBadger(s.dir, idem.BadgerOptions{})
 		if err != nil {
 			return err
 		}
+		backend = &killable{BadgerBackend: b}
+		store = idem.New(backend, &idem.Options{
+			Resolver: idem.ResolverFunc(s.resolve),
+			Observer: s.events,
+			Policy:   idemhttp.StatusPolicy,
+			// After a kill, Close need not wait for requests that can no
+			// longer record anything.
+			CloseTimeout: time.Millisecond,
+		})
 		h = idemhttp.Middleware(store, &idemhttp.Options{
 			Scope: func(r *http.Request) (string, error) {
 				if a := r.Header.Get(agentHeader); a != "" {
@@ -120,25 +126,29 @@ func (s *toolServer) start() error {
 	}
 	srv := &http.Server{Handler: mux, ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	s.srv, s.store = srv, store
+	s.srv, s.store, s.backend = srv, store, backend
 	u := "http://" + ln.Addr().String()
 	s.url.Store(&u)
 	return nil
 }
 
-// crash kills the running instance as a crash would: the ledger stops
-// taking its refunds, the store is closed under the requests in flight
-// (leaving their claims open, some after their refund was made), and
-// every connection drops.
+// crash kills the running instance as a crash would, all at one instant:
+// the ledger takes no more of its refunds and its store writes nothing more
+// (the claims open now stay open, some after their refund was made). Then
+// every connection drops, and the dead store's files are let go, so that
+// the next instance can open them.
 func (s *toolServer) crash() {
 	s.ledger.kill()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.backend != nil {
+		s.backend.kill()
+	}
+	_ = s.srv.Close()
 	if s.store != nil {
 		_ = s.store.Close()
 	}
-	_ = s.srv.Close()
-	s.srv, s.store = nil, nil
+	s.srv, s.store, s.backend = nil, nil, nil
 }
 
 // stop shuts the running instance down gracefully, resolving what the
@@ -158,7 +168,7 @@ func (s *toolServer) stop(ctx context.Context) error {
 			err = cerr
 		}
 	}
-	s.srv, s.store = nil, nil
+	s.srv, s.store, s.backend = nil, nil, nil
 	return err
 }
 
