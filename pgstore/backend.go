@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,60 @@ type queries struct {
 	insert, takeOver                   string // Claim
 	complete, release, extend, deferTo string // fenced
 	get, stale, reclaim, scan          string
+	tally                              string
+}
+
+// The story of a record (idem.Record.Attempts) is kept in the attempts
+// column as a jsonb array, and every change to it is made by SQL inside the
+// statement that makes the change it tells: the claim's INSERT or UPDATE
+// appends the new attempt, and the fenced UPDATE of Complete or Release
+// ends it. So a claim stays one round trip, a fenced write one statement,
+// and the story can never disagree with the row: it is written atomically
+// with it, under the row's lock, from the row's newest version. Keeping it
+// in msgpack like the result would need a read, a lock and a second
+// statement for every claim and end; a separate attempts table would need
+// a join in every read, its own deletes on reclaim and on a new life, and
+// locks on two tables. jsonb keeps numbers exactly, so times are the same
+// int64 nanoseconds as the other columns (see attempt in row.go).
+//
+// Fencing means the attempt a fenced write ends is the last one: the claim
+// it holds appended it, and only a new claim appends another. endAttempt
+// therefore changes the last element, and only if its token is the fenced
+// token (a row claimed before the story existed has none to end), which is
+// what idem.Record.EndAttempt does.
+//
+// Parameters inside jsonb_build_object have no type to take from a column,
+// so they are given one with CAST (not ::, which under the simple protocol
+// would bind tighter than the minus sign of an inlined negative number).
+
+// newAttempt is the jsonb object of a new claim with token tok, claimed at
+// $7 by owner $8 (Claim's arguments).
+func newAttempt(tok string) string {
+	return `jsonb_build_object('t', ` + tok + `, 'c', CAST($7 AS bigint), 'o', CAST($8 AS text))`
+}
+
+// boundedStory is the jsonb array a with its first element and its
+// latest ones, at most idem.MaxAttempts in all, as idem.Record.AddAttempt
+// keeps them.
+func boundedStory(a string) string {
+	return strings.NewReplacer("{a}", a, "{max}", strconv.Itoa(idem.MaxAttempts), "{latest}", strconv.Itoa(idem.MaxAttempts-1)).Replace(`
+CASE WHEN jsonb_array_length({a}) <= {max} THEN {a}
+ELSE jsonb_build_array({a} -> 0) || (
+	SELECT jsonb_agg(q.e ORDER BY q.i) FROM jsonb_array_elements({a}) WITH ORDINALITY AS q(e, i)
+	WHERE q.i > jsonb_array_length({a}) - {latest})
+END`)
+}
+
+// endAttempt is the new value of the attempts column when the fenced claim
+// (token $3) ends at the time in parameter at, with the outcome, reason and
+// status given as SQL expressions. An empty reason keeps a note the attempt
+// has.
+func endAttempt(at, outcome, reason, status string) string {
+	return `attempts = CASE WHEN (attempts -> -1 ->> 't')::bigint = $3
+	THEN jsonb_set(attempts, '{-1}', (attempts -> -1)
+		|| jsonb_build_object('e', CAST(` + at + ` AS bigint), 'x', ` + outcome + `, 's', ` + status + `)
+		|| CASE WHEN ` + reason + ` = '' THEN '{}'::jsonb ELSE jsonb_build_object('r', ` + reason + `) END)
+	ELSE attempts END`
 }
 
 func newQueries(n names) queries {
@@ -31,10 +86,14 @@ func newQueries(n names) queries {
 		// insert claims an absent key. DO NOTHING neither waits for nor
 		// locks a row that exists: the statement that follows deals with it.
 		// A conflict still draws a token from the sequence; the gap is
-		// harmless.
+		// harmless. The token is drawn once, for the token column and the
+		// first attempt.
 		insert: r.Replace(`
 INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
-VALUES ($1, $2, $3, 1, $4, nextval({seq}), $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8, '', {zero})
+SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8,
+	jsonb_build_array(` + newAttempt("n.tok") + `), 0, {zero}, 0, 0, {zero},
+	'', {zero}
+FROM (SELECT nextval({seq}) AS tok) AS n
 ON CONFLICT (scope, key) DO NOTHING
 RETURNING {r.cols}`),
 
@@ -46,15 +105,32 @@ RETURNING {r.cols}`),
 		// in the same statement sees the statement's snapshot, which may be
 		// older than what the UPDATE saw; Claim checks what it read and
 		// tries again if that was claimable.
+		//
+		// A released record's life goes on: its story and counts are kept
+		// and the new attempt appended. An expired one starts afresh. The
+		// token is drawn by the sub-select that also builds the story, so it
+		// is drawn only for a row that is claimed, once, for both columns.
 		takeOver: r.Replace(`
 WITH claimed AS (
 	UPDATE {table} AS r SET
-		format = $3, state = 1, fingerprint = $4, token = nextval({seq}), lease_ends = $5,
+		format = $3, state = 1, fingerprint = $4, lease_ends = $5,
 		expires_at = {zero}, retention = $6, result = NULL,
 		first_seen = CASE WHEN r.state = 3 THEN r.first_seen ELSE $7 END,
 		claimed_at = $7, done_at = {zero},
 		claims = CASE WHEN r.state = 3 THEN r.claims + 1 ELSE 1 END,
 		checks = 0, next_check = {zero}, attention = false, recovered = '', owner = $8,
+		(token, attempts) = (
+			SELECT n.tok, ` + boundedStory("s.a") + `
+			FROM (SELECT nextval({seq}) AS tok) AS n, LATERAL (
+				SELECT CASE WHEN r.state = 3 THEN r.attempts ELSE '[]' END
+					|| jsonb_build_array(` + newAttempt("n.tok") + `) AS a
+			) AS s
+		),
+		replays = CASE WHEN r.state = 3 THEN r.replays ELSE 0 END,
+		last_replay = CASE WHEN r.state = 3 THEN r.last_replay ELSE {zero} END,
+		conflicts = CASE WHEN r.state = 3 THEN r.conflicts ELSE 0 END,
+		mismatches = CASE WHEN r.state = 3 THEN r.mismatches ELSE 0 END,
+		last_rejection = CASE WHEN r.state = 3 THEN r.last_rejection ELSE {zero} END,
 		sweeper = '', sweep_until = {zero}
 	WHERE r.scope = $1 AND r.key = $2 AND (r.state = 3 OR (r.state = 2 AND r.expires_at <= $7))
 	RETURNING true, {r.cols}
@@ -63,14 +139,17 @@ SELECT * FROM claimed
 UNION ALL
 SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`),
 
+		// complete's $8 is the attempt's outcome and $9 the result's status.
 		complete: r.Replace(`
 UPDATE {table} SET state = 2, result = $4, done_at = $5, expires_at = $6, recovered = $7,
-	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `
+	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `,
+	` + endAttempt("$5", "CAST($8 AS text)", "''", "CAST($9 AS bigint)") + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
 		release: r.Replace(`
 UPDATE {table} SET state = 3, done_at = $4, expires_at = $5, recovered = $6,
-	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `
+	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `,
+	` + endAttempt("$4", "'released'::text", "CAST($6 AS text)", "0") + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
 		extend: r.Replace(`
@@ -124,6 +203,19 @@ RETURNING scope, key, token`),
 
 		scan: r.Replace(`
 SELECT {cols} FROM {table} WHERE (scope, key) > ($1, $2) ORDER BY scope, key LIMIT $3`),
+
+		// tally adds a batch of counts, one array element per record, in
+		// one statement. A record that no longer exists matches nothing and
+		// is skipped. AddTallies sends each record once (UPDATE ... FROM
+		// would apply only one of two matches), in key order, so that two
+		// instances tallying the same records lock them in the same order.
+		tally: r.Replace(`
+UPDATE {table} AS r SET
+	replays = r.replays + t.replays, conflicts = r.conflicts + t.conflicts, mismatches = r.mismatches + t.mismatches,
+	last_replay = greatest(r.last_replay, t.last_replay), last_rejection = greatest(r.last_rejection, t.last_rejection)
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+	AS t(scope, key, replays, conflicts, mismatches, last_replay, last_rejection)
+WHERE r.scope = t.scope AND r.key = t.key`),
 	}
 }
 
@@ -240,8 +332,12 @@ func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64,
 	if err != nil {
 		return err
 	}
+	outcome := "completed"
+	if c.Recovered != "" {
+		outcome = "recovered: " + c.Recovered
+	}
 	return b.fenced(ctx, "complete", scope, key, token, b.q.complete,
-		res, encodeTime(c.At), encodeTime(c.ExpiresAt), text(c.Recovered))
+		res, encodeTime(c.At), encodeTime(c.ExpiresAt), text(c.Recovered), text(outcome), int64(c.Result.Status))
 }
 
 // Release implements idem.Backend.

@@ -78,7 +78,7 @@ func TestNew_ConcurrentStartsMigrateOnce(t *testing.T) {
 	require.NoError(t, err)
 	versions, err = pgx.CollectRows(rows, pgx.RowTo[int32])
 	require.NoError(t, err)
-	require.Equal(t, []int32{1}, versions, "each migration is recorded once")
+	require.Equal(t, []int32{1, 2}, versions, "each migration is recorded once")
 
 	// Opening again changes nothing and keeps the data.
 	b, err := pgstore.New(ctx, pool(t), &pgstore.Options{Schema: server.schema, Table: table})
@@ -513,6 +513,8 @@ func TestBackend_CorruptRows(t *testing.T) {
 		{"unknown state", "state = 7"},
 		{"done without result", "state = 2, result = NULL, expires_at = 9223372036854775807"},
 		{"result not msgpack", `state = 2, result = '\xc1', expires_at = 9223372036854775807`},
+		{"story not an array", `attempts = '{"t": 1}'`},
+		{"attempt without a token", `attempts = '[{"c": 1}]'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, pool(t), nil)

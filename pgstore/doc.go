@@ -20,15 +20,24 @@
 //
 // Claim is one round trip: a pipelined INSERT ... ON CONFLICT DO NOTHING
 // takes an absent key, and a conditional UPDATE takes a released or expired
-// one (keeping a released record's first-seen time and claim count, starting
-// an expired one afresh). Both are single atomic statements, so of any number
-// of claimers of one key, in any number of processes, exactly one wins under
-// READ COMMITTED; the others read the winner's row. Tokens come from a
-// PostgreSQL sequence and never repeat.
+// one (keeping a released record's first-seen time, claim count, story and
+// counts, starting an expired one afresh). Both are single atomic
+// statements, so of any number of claimers of one key, in any number of
+// processes, exactly one wins under READ COMMITTED; the others read the
+// winner's row. Tokens come from a PostgreSQL sequence and never repeat.
 //
 // Complete, Release, Extend and Defer are fenced: one UPDATE whose WHERE
 // clause names the key, the in-progress state and the token, so a holder
 // whose claim was recovered changes nothing and gets an *idem.FencedError.
+//
+// A record's story (idem.Record.Attempts) is a jsonb array in the attempts
+// column, changed only by SQL inside the statements above: the claim
+// appends the new attempt (keeping the first and the latest ones, at most
+// idem.MaxAttempts), Complete and Release end it. It is written with the row,
+// atomically, and costs no extra round trip. The counts of replays and
+// rejections (idem.Tallier) arrive from the Store in batches: AddTallies
+// adds a batch to the rows still there with one UPDATE ... FROM unnest(...)
+// per few thousand records, and never creates a row.
 //
 // Stale walks a partial index of the open claims (its cost grows with them,
 // not with the table) and hands each stale claim to one backend instance at

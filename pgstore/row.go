@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -22,7 +23,8 @@ const (
 // recordColumns are the columns that hold an idem.Record, in the order
 // row.dest lists them.
 const recordColumns = "scope, key, format, state, fingerprint, token, lease_ends, expires_at, " +
-	"retention, result, first_seen, claimed_at, done_at, claims, checks, next_check, attention, recovered, owner"
+	"retention, result, first_seen, claimed_at, done_at, claims, checks, next_check, attention, recovered, owner, " +
+	"attempts, replays, last_replay, conflicts, mismatches, last_rejection"
 
 // columns lists recordColumns, each prefixed with alias and a dot if alias
 // is not empty.
@@ -46,6 +48,10 @@ type row struct {
 	nextCheck                       int64
 	attention                       bool
 	recovered, owner                string
+	attempts                        []byte // jsonb text
+	replays, lastReplay             int64
+	conflicts, mismatches           int64
+	lastRejection                   int64
 }
 
 // dest returns the scan destinations, in recordColumns order, after extra.
@@ -53,7 +59,8 @@ func (r *row) dest(extra ...any) []any {
 	return append(extra,
 		&r.scope, &r.key, &r.format, &r.state, &r.fingerprint, &r.token, &r.leaseEnds, &r.expiresAt,
 		&r.retention, &r.result, &r.firstSeen, &r.claimedAt, &r.doneAt, &r.claims, &r.checks,
-		&r.nextCheck, &r.attention, &r.recovered, &r.owner)
+		&r.nextCheck, &r.attention, &r.recovered, &r.owner,
+		&r.attempts, &r.replays, &r.lastReplay, &r.conflicts, &r.mismatches, &r.lastRejection)
 }
 
 // scanRecord reads one row of recordColumns and decodes it.
@@ -103,7 +110,18 @@ func (r *row) record() (*idem.Record, error) {
 		Attention:   r.attention,
 		Recovered:   r.recovered,
 		Owner:       r.owner,
+
+		Replays:       r.replays,
+		LastReplay:    decodeTime(r.lastReplay),
+		Conflicts:     r.conflicts,
+		Mismatches:    r.mismatches,
+		LastRejection: decodeTime(r.lastRejection),
 	}
+	attempts, err := decodeAttempts(r.attempts)
+	if err != nil {
+		return nil, corrupt("attempts: %v", err)
+	}
+	rec.Attempts = attempts
 	if r.state == stateDone {
 		var res idem.Result
 		if err := msgpack.Unmarshal(r.result, &res); err != nil {
@@ -112,6 +130,43 @@ func (r *row) record() (*idem.Record, error) {
 		rec.Result = &res
 	}
 	return rec, nil
+}
+
+// attempt is an idem.Attempt as stored in the attempts column: one object
+// of its jsonb array, written by the statements in backend.go. Times are
+// encodeTime's nanoseconds; jsonb keeps numbers exactly. A missing "e" is an
+// open claim.
+type attempt struct {
+	Token     int64  `json:"t"`
+	ClaimedAt int64  `json:"c"`
+	Owner     string `json:"o"`
+	EndedAt   *int64 `json:"e"`
+	Outcome   string `json:"x"`
+	Reason    string `json:"r"`
+	Status    int    `json:"s"`
+}
+
+// decodeAttempts decodes the attempts column; an empty story is nil.
+func decodeAttempts(b []byte) ([]idem.Attempt, error) {
+	var as []attempt
+	if err := json.Unmarshal(b, &as); err != nil {
+		return nil, err
+	}
+	if len(as) == 0 {
+		return nil, nil
+	}
+	out := make([]idem.Attempt, len(as))
+	for i, a := range as {
+		if a.Token <= 0 {
+			return nil, fmt.Errorf("attempt %d has token %d", i, a.Token)
+		}
+		out[i] = idem.Attempt{Token: uint64(a.Token), ClaimedAt: decodeTime(a.ClaimedAt), Owner: a.Owner,
+			Outcome: a.Outcome, Reason: a.Reason, Status: a.Status}
+		if a.EndedAt != nil {
+			out[i].EndedAt = decodeTime(*a.EndedAt)
+		}
+	}
+	return out, nil
 }
 
 // encodeResult encodes a result for the result column, in the msgpack

@@ -59,6 +59,24 @@ CREATE INDEX {stale} ON {table} (lease_ends, next_check) WHERE state = 1 AND NOT
 -- Reclaim: done and released records by expiry.
 CREATE INDEX {expiry} ON {table} (expires_at) WHERE state <> 1;
 `,
+	}, {
+		version:     2,
+		description: "the record's story: attempts, replay and rejection counts",
+		// The defaults let rows written before, and instances of the
+		// previous release still running, go on: a row of version 1 has an
+		// empty story and no counts. Constant defaults need no rewrite of
+		// the table. IF NOT EXISTS keeps the migration harmless where an
+		// operator added the columns ahead of it.
+		sql: `
+ALTER TABLE {table}
+	ADD COLUMN IF NOT EXISTS attempts       jsonb  NOT NULL DEFAULT '[]',
+	ADD COLUMN IF NOT EXISTS replays        bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS last_replay    bigint NOT NULL DEFAULT {zero},
+	ADD COLUMN IF NOT EXISTS conflicts      bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS mismatches     bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS last_rejection bigint NOT NULL DEFAULT {zero};
+COMMENT ON COLUMN {table}.attempts IS 'the claims of the record''s life, oldest first, bounded (the first and the latest are kept): [{"t": token, "c": claimed at, "o": owner, "e": ended at, "x": outcome, "r": reason or note, "s": status}]; times as the other columns';
+`,
 	}}
 }
 
