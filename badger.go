@@ -100,6 +100,9 @@ type BadgerBackend struct {
 	// committer reads or writes it, and it persists it with the claims.
 	lastToken uint64
 
+	// hot holds recent done records for replays (hot.go).
+	hot hotSet
+
 	// mu guards open and cursor.
 	mu sync.Mutex
 	// open holds every in-progress claim: Stale scans it instead of the
@@ -390,6 +393,15 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 		return nil, false, err
 	}
 	id := recordID(scope, key)
+	// Fast path, off the committer: a done record that has not expired, or
+	// a claim in progress, is answered from a read. Neither can become
+	// claimable by any write but the committer's own later ones, so the
+	// answer is the one the committer would give at this instant.
+	if rec, err := b.peek(id); err != nil {
+		return nil, false, unavailable("claim", err)
+	} else if rec != nil && (rec.State == StateInProgress || (rec.State == StateDone && !rec.Expired(args.Now))) {
+		return rec.Clone(), false, nil
+	}
 	var out *Record
 	var claimed bool
 	err := b.update(id, func(txn *wtxn, rec *Record) error {
@@ -422,6 +434,7 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 					return err
 				}
 			}
+			txn.onCommit(func() { b.hot.drop(id) })
 		}
 		n.AddAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
 		if err := txn.Set(withPrefix(prefixClaim, id), nil); err != nil {
@@ -478,6 +491,8 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 			outcome = "recovered: " + c.Recovered
 		}
 		rec.EndAttempt(token, c.At, outcome, "", c.Result.Status)
+		done := rec.Clone()
+		txn.onCommit(func() { b.hot.put(id, done) })
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
 			return err
@@ -516,6 +531,24 @@ func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint
 		rec.Checks, rec.NextCheck, rec.Attention = d.Checks, d.NextCheck, d.Attention
 		return nil
 	})
+}
+
+// peek reads the record of id outside the committer: from the hot set, or
+// from a read transaction (caching what it finds done).
+func (b *BadgerBackend) peek(id []byte) (*Record, error) {
+	if rec := b.hot.get(id); rec != nil {
+		return rec, nil
+	}
+	var rec *Record
+	err := b.db.View(func(txn *badger.Txn) error {
+		var err error
+		rec, err = getRecord(txn, id)
+		return err
+	})
+	if err == nil && rec != nil && rec.State == StateDone && !b.ro {
+		b.hot.put(id, rec)
+	}
+	return rec, err
 }
 
 // Get implements Backend.
@@ -619,6 +652,7 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 					if err := w.Delete(withPrefix(prefixRecord, e.id)); err != nil {
 						return err
 					}
+					w.onCommit(func() { b.hot.drop(e.id) })
 				}
 			}
 			last := due[len(due)-1].key
@@ -695,6 +729,7 @@ func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
 			if err := b.put(w, id, rec, latest(t.LastReplay, t.LastRejection)); err != nil {
 				return err
 			}
+			w.onCommit(func() { b.hot.drop(id) })
 		}
 		return nil
 	}))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -140,8 +141,13 @@ type Store struct {
 	cond      *sync.Cond
 	accepting bool // new requests are taken (false once Close starts)
 	claims    int  // claims handed out and not finished
-	ops       int  // backend calls in flight
-	closed    bool // the backend is closed or closing: no call may start
+
+	// ops counts backend calls in flight and closed forbids new ones. They
+	// are atomics, off the mutex, because every request touches them: a
+	// call adds itself to ops and then checks closed; Close sets closed and
+	// then waits for ops to drain, so no call runs on a closed backend.
+	ops    atomic.Int64
+	closed atomic.Bool
 
 	stop      chan struct{} // closed to stop the background goroutines
 	bgDone    chan struct{} // closed when the background sweep has returned
@@ -226,34 +232,25 @@ func (s *Store) Close() error {
 		s.observeErr("tally", "", "", 0, err)
 	}
 
-	s.mu.Lock()
-	s.closed = true
-	for s.ops > 0 {
-		s.cond.Wait()
+	s.closed.Store(true)
+	for s.ops.Load() > 0 {
+		// Backend calls are short; a brief wait beats a lock on every call.
+		time.Sleep(100 * time.Microsecond)
 	}
-	s.mu.Unlock()
 	return s.b.Close()
 }
 
 // enter admits one backend call, or returns ErrClosed.
 func (s *Store) enter() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.ops.Add(1)
+	if s.closed.Load() {
+		s.ops.Add(-1)
 		return ErrClosed
 	}
-	s.ops++
 	return nil
 }
 
-func (s *Store) leave() {
-	s.mu.Lock()
-	s.ops--
-	if s.ops == 0 {
-		s.cond.Broadcast()
-	}
-	s.mu.Unlock()
-}
+func (s *Store) leave() { s.ops.Add(-1) }
 
 // call runs one backend call between enter and leave.
 func call[T any](s *Store, fn func() (T, error)) (T, error) {
