@@ -1,0 +1,9 @@
+package main
+
+import "github.com/idemkit/idem"
+
+// idemFingerprint is idem's request fingerprint, the default
+// Fingerprinter's.
+func idemFingerprint(method, route, contentType string, body []byte) (string, error) {
+	return idem.Fingerprint(method, route, contentType, body)
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// idemContenders returns idem on its embedded Badger backend in both
+// durability modes. Everything goes through the public API, so the suite
+// measures the store as a user gets it.
+func idemContenders() []Contender {
+	return []Contender{
+		{
+			Name: "idem", Kind: "idem", Durable: true, Portable: true,
+			Config: "idem.Open on Badger, Durability: Durable (the default: every commit synced before it is acknowledged); " +
+				"Begin + Claim.Complete per cycle, Store.Do for hot keys",
+			Open: func(ctx context.Context, dir string) (Store, error) { return openBadgerIdem(dir, idem.Durable) },
+		},
+		{
+			Name: "idem-fast", Kind: "idem", Durable: false, SameData: "idem", Portable: true,
+			Config: "idem.Open on Badger, Durability: Fast (commits reach the page cache: survives a process crash, not a power loss)",
+			Open:   func(ctx context.Context, dir string) (Store, error) { return openBadgerIdem(dir, idem.Fast) },
+		},
+	}
+}
+
+// idemOptions are the options every idem store of the suite uses: the
+// background sweep is off (the recovery workload calls Sweep itself), a
+// Resolver answers Committed, and Close gives up quickly on the claims the
+// recovery workload abandons on purpose.
+func idemOptions(d idem.Durability, result []byte) *idem.Options {
+	return &idem.Options{
+		Durability:    d,
+		SweepInterval: -1,
+		CloseTimeout:  50 * time.Millisecond,
+		Resolver: idem.ResolverFunc(func(ctx context.Context, rec *idem.Record) (idem.Resolution, error) {
+			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 200, Body: result}}, nil
+		}),
+	}
+}
+
+// idemStore adapts an *idem.Store to the suite's interfaces. The public
+// API has no bulk load, so Fill loads through a second store opened for
+// loading (Fast durability on Badger, synchronous_commit off on
+// PostgreSQL) and then opens the store as the contender runs it.
+type idemStore struct {
+	// mu guards s and closeS against Fill's reopening; workloads never
+	// run requests during Fill.
+	mu     sync.RWMutex
+	s      *idem.Store
+	closeS func() error // closes s and what it holds (a pool)
+
+	// open opens the store on the same data, for loading when load is
+	// true and as the contender runs it otherwise.
+	open func(load bool) (*idem.Store, func() error, error)
+	// abandonLease is the lease of the claims Abandon leaves: zero for
+	// the default (Badger's reopen orphans them), short where a reopen
+	// does not (PostgreSQL, shared by many processes).
+	abandonLease time.Duration
+}
+
+func openBadgerIdem(dir string, d idem.Durability) (*idemStore, error) {
+	return newIdemStore(func(load bool) (*idem.Store, func() error, error) {
+		mode := d
+		if load {
+			mode = idem.Fast
+		}
+		s, err := idem.Open(dir, idemOptions(mode, benchResult))
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
+	}, 0)
+}
+
+func newIdemStore(open func(load bool) (*idem.Store, func() error, error), abandonLease time.Duration) (*idemStore, error) {
+	s, closeS, err := open(false)
+	if err != nil {
+		return nil, err
+	}
+	return &idemStore{s: s, closeS: closeS, open: open, abandonLease: abandonLease}, nil
+}
+
+func (st *idemStore) store() *idem.Store {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.s
+}
+
+// Begin implements Claimer.
+func (st *idemStore) Begin(ctx context.Context, key, fp string) (Attempt, error) {
+	c, res, err := st.store().Begin(ctx, idem.Request{Key: key, Fingerprint: fp})
+	var busy *idem.InProgressError
+	switch {
+	case errors.As(err, &busy):
+		return Attempt{Outcome: Busy}, nil
+	case err != nil:
+		return Attempt{}, err
+	case res != nil:
+		return Attempt{Outcome: Replayed, Saved: res.Body}, nil
+	}
+	return Attempt{Outcome: Claimed, handle: c}, nil
+}
+
+// Complete implements Claimer.
+func (st *idemStore) Complete(ctx context.Context, key string, a Attempt, result []byte) error {
+	return a.handle.(*idem.Claim).Complete(ctx, idem.Result{Status: 200, Body: result})
+}
+
+// Do implements Doer with Store.Do, the one-call helper.
+func (st *idemStore) Do(ctx context.Context, key, fp string, fn func() []byte) ([]byte, bool, error) {
+	res, replayed, err := st.store().Do(ctx, idem.Request{Key: key, Fingerprint: fp},
+		func(context.Context) (idem.Result, error) { return idem.Result{Status: 200, Body: fn()}, nil })
+	var busy *idem.InProgressError
+	if errors.As(err, &busy) {
+		return nil, false, errBusy
+	}
+	return res.Body, replayed, err
+}
+
+// Fill implements Dataset: it reopens the data for loading, runs a claim
+// and a completion per key from many goroutines, and reopens it as the
+// contender runs it. The records are the ones a durable store would hold;
+// only the load skips the syncs.
+func (st *idemStore) Fill(ctx context.Context, keys []string, result []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := st.closeS(); err != nil {
+		return err
+	}
+	fast, closeFast, err := st.open(true)
+	if err != nil {
+		return err
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(keys) {
+					return
+				}
+				c, _, err := fast.Begin(ctx, idem.Request{Key: keys[i], Fingerprint: benchFP})
+				if err == nil && c == nil {
+					err = fmt.Errorf("fill: key %q was not absent", keys[i])
+				}
+				if err == nil {
+					err = c.Complete(ctx, idem.Result{Status: 200, Body: result})
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					next.Store(int64(len(keys)))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cerr := closeFast()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	if cerr != nil {
+		return cerr
+	}
+	st.s, st.closeS, err = st.open(false)
+	return err
+}
+
+// Abandon implements Dataset: it claims every key and never completes
+// the claims. When the Badger store is closed (after CloseTimeout) and
+// opened again, the new store knows them for orphans; on PostgreSQL their
+// short lease ends.
+func (st *idemStore) Abandon(ctx context.Context, keys []string) error {
+	s := st.store()
+	for _, k := range keys {
+		c, _, err := s.Begin(ctx, idem.Request{Key: k, Fingerprint: benchFP, Lease: st.abandonLease})
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			return fmt.Errorf("abandon: key %q was not absent", k)
+		}
+	}
+	return nil
+}
+
+// Sweep implements Dataset with Store.Sweep; the store's Resolver answers
+// Committed.
+func (st *idemStore) Sweep(ctx context.Context, result []byte) (int, error) {
+	rep, err := st.store().Sweep(ctx)
+	return rep.Committed, err
+}
+
+// Close implements Store.
+func (st *idemStore) Close() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.closeS()
+}
+
+// Store returns the underlying store, for the HTTP workload.
+func (st *idemStore) Store() *idem.Store { return st.store() }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/pgstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// idemPostgresContender returns idem on its PostgreSQL backend (pgstore)
+// when a server is available.
+func idemPostgresContender(srv *Servers) Contender {
+	c := Contender{
+		Name: "idem-pg", Kind: "idem", Durable: true,
+		Config: "idem.New over pgstore.New (github.com/idemkit/idem/pgstore) on a pgxpool of 40 connections; " +
+			"PostgreSQL with its default durability (synchronous_commit=on: every commit flushed to the WAL)",
+	}
+	if srv.PGURL == "" {
+		c.Skip = srv.PGNote
+		return c
+	}
+	c.Open = func(ctx context.Context, ns string) (Store, error) {
+		table := tableFor("i", ns)
+		st, err := newIdemStore(func(load bool) (*idem.Store, func() error, error) {
+			pool, err := newPool(ctx, srv.PGURL, 40, load)
+			if err != nil {
+				return nil, nil, err
+			}
+			b, err := pgstore.New(ctx, pool, &pgstore.Options{Schema: srv.PGSchema, Table: table})
+			if err != nil {
+				pool.Close()
+				return nil, nil, err
+			}
+			s := idem.New(b, idemOptions(idem.Durable, benchResult))
+			return s, func() error { err := s.Close(); pool.Close(); return err }, nil
+		}, time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		return &idemPGStore{idemStore: st, url: srv.PGURL, schema: srv.PGSchema, table: table}, nil
+	}
+	return c
+}
+
+// idemPGStore is idem on PostgreSQL: the server holds its memory and disk.
+type idemPGStore struct {
+	*idemStore
+	url, schema, table string
+}
+
+// Footprint implements Footprinter: the table's size with its indexes
+// and TOAST; the server's memory is not counted.
+func (s *idemPGStore) Footprint(ctx context.Context) (int64, int64, string, error) {
+	n, err := pgTableBytes(ctx, s.url, pgx.Identifier{s.schema, s.table}.Sanitize())
+	return -1, n, "disk: pg_total_relation_size (table, indexes, TOAST; WAL not counted); memory: the server's, not measured", err
+}
+
+// tableFor names the table of a namespace: a letter for the contender,
+// then a digest of the namespace (a directory path).
+func tableFor(kind, ns string) string {
+	sum := sha256.Sum256([]byte(ns))
+	return kind + "_" + hex.EncodeToString(sum[:8])
+}
+
+// newPool opens a pool of up to maxConns connections. With loading set,
+// its sessions run with synchronous_commit off: commits do not wait for
+// the WAL flush, which only the untimed loads of the retained-keys
+// workload use.
+func newPool(ctx context.Context, url string, maxConns int32, loading bool) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	if loading {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// Drop implements Dropper: it drops the records table and what pgstore
+// creates beside it (its documented names: Table_token, Table_version).
+func (s *idemPGStore) Drop(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	q := func(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
+	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_version")+`;
+DROP SEQUENCE IF EXISTS `+q(s.table+"_token"))
+	return err
+}

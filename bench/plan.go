@@ -1,0 +1,67 @@
+package main
+
+import "time"
+
+// Plan sizes a run. Every timed measurement runs for Duration or MaxOps
+// operations, whichever ends first, and is repeated Reps times.
+type Plan struct {
+	Mode     string        `json:"mode"` // "quick" or "full"
+	Reps     int           `json:"reps"`
+	Duration time.Duration `json:"duration_ns"`
+	// Warm is the uncounted run before each timed one.
+	Warm   time.Duration `json:"warm_ns"`
+	MaxOps int           `json:"max_ops"`
+	// ReplayKeys is how many done keys the replay workload reads.
+	ReplayKeys int `json:"replay_keys"`
+	// HotKeys keys are hammered by HotGoroutines goroutines; after
+	// HotEpoch requests the workload moves on to fresh keys, so that every
+	// run sees claims, conflicts and replays.
+	HotKeys       int `json:"hot_keys"`
+	HotGoroutines int `json:"hot_goroutines"`
+	HotEpoch      int `json:"hot_epoch"`
+	// SmallSize and LargeSize are the retained-key counts of the memory,
+	// disk and recovery workloads; Stale is how many stale claims the
+	// recovery sweep finds among them.
+	SmallSize int `json:"small_size"`
+	LargeSize int `json:"large_size"`
+	Stale     int `json:"stale"`
+	// ServerLargeMax caps the retained keys loaded into idem on
+	// PostgreSQL: it can only be loaded through the public API, a claim
+	// and a completion per key, which takes minutes for a million.
+	ServerLargeMax int `json:"server_large_max"`
+	// MicroDuration bounds each repetition of the CPU-bound workloads
+	// (fingerprint, HTTP replay).
+	MicroDuration time.Duration `json:"micro_duration_ns"`
+}
+
+// quickPlan finishes in two to four minutes on the shared 2-core machine
+// (half of it loading and measuring retained keys); its large
+// retained-key count is 100,000 rather than 1,000,000.
+func quickPlan() Plan {
+	return Plan{
+		Mode: "quick", Reps: 3, Duration: 200 * time.Millisecond, Warm: 30 * time.Millisecond, MaxOps: 1_000_000,
+		ReplayKeys: 1_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
+		SmallSize: 10_000, LargeSize: 100_000, Stale: 100, ServerLargeMax: 10_000,
+		MicroDuration: 200 * time.Millisecond,
+	}
+}
+
+// fullPlan runs longer repetitions and retains 1,000,000 keys.
+func fullPlan() Plan {
+	return Plan{
+		Mode: "full", Reps: 3, Duration: time.Second, Warm: 100 * time.Millisecond, MaxOps: 10_000_000,
+		ReplayKeys: 20_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
+		SmallSize: 10_000, LargeSize: 1_000_000, Stale: 100, ServerLargeMax: 100_000,
+		MicroDuration: time.Second,
+	}
+}
+
+// smokePlan runs each contender for a handful of operations (the test).
+func smokePlan() Plan {
+	return Plan{
+		Mode: "smoke", Reps: 1, Duration: 50 * time.Millisecond, Warm: 10 * time.Millisecond, MaxOps: 20,
+		ReplayKeys: 20, HotKeys: 2, HotGoroutines: 4, HotEpoch: 8,
+		SmallSize: 200, LargeSize: 400, Stale: 5, ServerLargeMax: 400,
+		MicroDuration: 10 * time.Millisecond,
+	}
+}
