@@ -50,6 +50,13 @@
 // resolved through the Resolver. Every transition is reported to the
 // Observer.
 //
+// Fingerprint digests what a request asks for: method, route, content type
+// and body. JSON bodies are compared by meaning: member order, whitespace
+// and escape forms do not matter, numbers compare by exact decimal value,
+// and duplicate member names, excessive depth and size are errors. Other
+// bodies are compared byte for byte. The digest names its algorithm
+// (FingerprintAlgorithm), so a later release can change it.
+//
 // # Caveats
 //
 //   - Durability Fast survives a crash of the process but not a power loss:
@@ -65,4 +72,6 @@
 //   - The Badger backend serves one process at a time (Badger locks its
 //     directory); use pgstore for several replicas.
 //   - Observers run synchronously on the request path; keep them quick.
+//   - A fingerprint over JSON that nests objects deeply and out of order
+//     costs more the deeper it goes; Fingerprinter.MaxDepth bounds it.
 package idem
