@@ -12,12 +12,33 @@ import "sync"
 // an expired record, AddTallies) drops it from the set after its commit,
 // and a reader re-checks expiry with the store's clock on every use.
 
-// hotMax bounds the set; past it, an arbitrary entry is evicted.
-const hotMax = 1 << 14
+// hotBytes bounds the set's approximate size; past it, arbitrary entries
+// are evicted. Records with bodies over hotMaxBody are never kept: a large
+// body is rare enough to be read from the store.
+const (
+	hotBytes   = 16 << 20
+	hotMaxBody = 16 << 10
+)
 
 type hotSet struct {
-	mu sync.RWMutex // guards m
-	m  map[string]*Record
+	mu    sync.RWMutex // guards m and bytes
+	m     map[string]*Record
+	bytes int
+}
+
+// size approximates what a kept record costs in memory.
+func size(id []byte, rec *Record) int {
+	n := len(id) + len(rec.Fingerprint) + 512 + len(rec.Attempts)*64
+	if rec.Result != nil {
+		n += len(rec.Result.Body) + len(rec.Result.Error)
+		for k, vs := range rec.Result.Header {
+			n += len(k)
+			for _, v := range vs {
+				n += len(v) + 16
+			}
+		}
+	}
+	return n
 }
 
 func (h *hotSet) get(id []byte) *Record {
@@ -28,22 +49,34 @@ func (h *hotSet) get(id []byte) *Record {
 
 // put keeps rec, which must be done and must not be changed afterwards.
 func (h *hotSet) put(id []byte, rec *Record) {
+	if rec.Result != nil && len(rec.Result.Body) > hotMaxBody {
+		return
+	}
+	n := size(id, rec)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
 		h.m = make(map[string]*Record)
 	}
-	if len(h.m) >= hotMax {
-		for k := range h.m {
-			delete(h.m, k)
+	if old, ok := h.m[string(id)]; ok {
+		h.bytes -= size(id, old)
+	}
+	for k, v := range h.m {
+		if h.bytes+n <= hotBytes {
 			break
 		}
+		h.bytes -= size([]byte(k), v)
+		delete(h.m, k)
 	}
 	h.m[string(id)] = rec
+	h.bytes += n
 }
 
 func (h *hotSet) drop(id []byte) {
 	h.mu.Lock()
-	delete(h.m, string(id))
+	if old, ok := h.m[string(id)]; ok {
+		h.bytes -= size(id, old)
+		delete(h.m, string(id))
+	}
 	h.mu.Unlock()
 }

@@ -1,0 +1,32 @@
+package idem
+
+import (
+	"strconv"
+	"testing"
+)
+
+func TestHotSet_BoundedBySize(t *testing.T) {
+	var h hotSet
+	body := make([]byte, 8<<10)
+	for i := range 10000 {
+		id := []byte("id-" + strconv.Itoa(i))
+		h.put(id, &Record{State: StateDone, Result: &Result{Body: body}})
+		if h.bytes > hotBytes {
+			t.Fatalf("after %d puts the set holds %d bytes, more than %d", i+1, h.bytes, hotBytes)
+		}
+	}
+	if len(h.m) == 0 {
+		t.Fatal("nothing kept")
+	}
+	big := &Record{State: StateDone, Result: &Result{Body: make([]byte, hotMaxBody+1)}}
+	h.put([]byte("big"), big)
+	if h.get([]byte("big")) != nil {
+		t.Fatal("a record with a large body was kept")
+	}
+	for id := range h.m {
+		h.drop([]byte(id))
+	}
+	if h.bytes != 0 || len(h.m) != 0 {
+		t.Fatalf("after dropping everything: %d bytes, %d records", h.bytes, len(h.m))
+	}
+}
