@@ -27,6 +27,11 @@ type command struct {
 func commands() []command {
 	return []command{
 		{name: "demo", summary: "run agents against a refund tool server, without keys and with idem", run: demoCommand},
+		{name: "inspect", summary: "tell the story of one key in a store directory", run: inspectCommand},
+		{name: "ls", summary: "list a store's records, stuck and needing-attention claims first", run: lsCommand},
+		{name: "stats", summary: "count a store's records by state, with its age and size", run: statsCommand},
+		{name: "sweep", summary: "run recovery and reclamation on a store now, reporting each decision", run: sweepCommand},
+		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
 	}
 }
 

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem"
+)
+
+// The operator's subcommands (inspect, ls, stats, sweep, export) share
+// this: flags, opening a store directory, progress on long scans, and
+// output as a table or JSON. The views themselves are idemadmin's, the
+// same a running server offers through idemadmin.Handler.
+
+// adminFlags are the flags every operator subcommand takes.
+type adminFlags struct {
+	fs   *flag.FlagSet
+	dir  string
+	json bool
+	now  string // hidden: a fixed "now", for tests and reproducible output
+}
+
+// newAdminFlags returns a flag set for subcommand name; synopsis and
+// about are printed by -h above the flags.
+func newAdminFlags(name, synopsis, about string, stderr io.Writer) *adminFlags {
+	return newAdminFlagSet(name, synopsis, about, true, stderr)
+}
+
+// newAdminFlagSet is newAdminFlags, with a -json flag only if withJSON.
+func newAdminFlagSet(name, synopsis, about string, withJSON bool, stderr io.Writer) *adminFlags {
+	a := &adminFlags{fs: flag.NewFlagSet("idem "+name, flag.ContinueOnError)}
+	a.fs.SetOutput(stderr)
+	a.fs.StringVar(&a.dir, "dir", "", "the store `directory` (required)")
+	if withJSON {
+		a.fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
+	}
+	a.fs.StringVar(&a.now, "now", "", "judge records as of this RFC 3339 time instead of the clock (hidden)")
+	a.fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: idem %s %s\n\n%s\n\n", name, synopsis, strings.TrimSpace(about))
+		a.fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == "now" {
+				return
+			}
+			arg, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(stderr, "  -%s", f.Name)
+			if arg != "" {
+				fmt.Fprintf(stderr, " %s", arg)
+			}
+			fmt.Fprintf(stderr, "\n    \t%s", usage)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				fmt.Fprintf(stderr, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(stderr)
+		})
+	}
+	return a
+}
+
+// parse parses args, flags and positional arguments in any order, and
+// returns the positional ones. It prints why and returns errUsage on bad
+// usage, including a missing -dir.
+func (a *adminFlags) parse(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := a.fs.Parse(args); err != nil {
+			return nil, errUsage // the flag package printed why
+		}
+		if a.fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, a.fs.Arg(0))
+		args = a.fs.Args()[1:]
+	}
+	if a.dir == "" {
+		fmt.Fprintf(a.fs.Output(), "%s: -dir is required\n", a.fs.Name())
+		a.fs.Usage()
+		return nil, errUsage
+	}
+	if a.now != "" {
+		if _, err := time.Parse(time.RFC3339, a.now); err != nil {
+			fmt.Fprintf(a.fs.Output(), "%s: -now %q: want an RFC 3339 time\n", a.fs.Name(), a.now)
+			return nil, errUsage
+		}
+	}
+	return pos, nil
+}
+
+// clock is the store's clock: fixed when -now is given.
+func (a *adminFlags) clock() idem.Clock {
+	if a.now == "" {
+		return idem.SystemClock()
+	}
+	t, _ := time.Parse(time.RFC3339, a.now) // checked by parse
+	return fixedClock{t.UTC()}
+}
+
+// fixedClock reads one time forever; the command line never waits on it.
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time                         { return c.t }
+func (c fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// storeHeldError is returned when a running process holds the directory.
+type storeHeldError struct{ dir string }
+
+func (e *storeHeldError) Error() string {
+	return fmt.Sprintf(`the store at %s is held by a running process: Badger locks its directory while a server has it open.
+Use that server's admin handler instead (idemadmin.Handler: GET inspect, ls, stats and export, POST sweep),
+or stop the server and run this again.`, e.dir)
+}
+
+// uncleanStoreError is returned when a read-only open finds a log that the
+// process before did not close: Badger must repair it, which needs write
+// access.
+type uncleanStoreError struct{ dir string }
+
+func (e *uncleanStoreError) Error() string {
+	return fmt.Sprintf(`the store at %s was not closed cleanly: the process that held it crashed or was killed,
+and Badger must repair its log before the store can be read, which a read-only open cannot do.
+Run "idem sweep -dir %s" once (it opens the store for writing, marks the dead process's open claims
+as orphaned and reports them), or start the server again; then run this again.`, e.dir, e.dir)
+}
+
+// openStore opens the store in -dir for an operator's command:
+// read-only unless write is set, with no background sweep, and with obs
+// as its observer. A running server's lock and an unclean log give errors
+// that say what to do.
+func (a *adminFlags) openStore(write bool, obs idem.Observer) (*idem.Store, error) {
+	dir := a.dir
+	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no idem store at %s (no Badger MANIFEST there)", dir)
+		}
+		return nil, err
+	}
+	s, err := idem.Open(dir, &idem.Options{
+		SweepInterval: -1,
+		Clock:         a.clock(),
+		Observer:      obs,
+		CloseTimeout:  time.Second,
+		Badger:        idem.BadgerOptions{ReadOnly: !write},
+	})
+	switch {
+	case err == nil:
+		return s, nil
+	case dirLocked(dir) || strings.Contains(err.Error(), "Another process is using this Badger database"):
+		return nil, &storeHeldError{dir}
+	case !write && strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error()):
+		return nil, &uncleanStoreError{dir}
+	}
+	return nil, err
+}
+
+// writeJSON prints v indented.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// scanCounter shows how many records a long scan has read, on a
+// terminal: "\rscanned 12345 records" every 100 ms, cleared at the end. A
+// nil *scanCounter counts nothing, so callers need no checks.
+type scanCounter struct {
+	w    io.Writer
+	verb string
+	n    atomic.Int64
+	stop chan struct{}
+	wg   sync.WaitGroup
+	// stopTick stops the ticker feeding the drawing goroutine, if any.
+	stopTick func()
+}
+
+// newScanCounter starts counting to stderr if it is a terminal.
+func newScanCounter(stderr io.Writer, verb string) *scanCounter {
+	f, ok := stderr.(*os.File)
+	if !ok || !isTerminal(f) {
+		return nil
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	c := startScanCounter(stderr, verb, t.C)
+	c.stopTick = t.Stop
+	return c
+}
+
+// startScanCounter draws the count to w at every tick.
+func startScanCounter(w io.Writer, verb string, tick <-chan time.Time) *scanCounter {
+	c := &scanCounter{w: w, verb: verb, stop: make(chan struct{})}
+	c.wg.Go(func() {
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-tick:
+				fmt.Fprintf(c.w, "\r%s %d records", c.verb, c.n.Load())
+			}
+		}
+	})
+	return c
+}
+
+// progress is the callback idemadmin's scans take; nil when not counting.
+func (c *scanCounter) progress() func(int) {
+	if c == nil {
+		return nil
+	}
+	return func(n int) { c.n.Store(int64(n)) }
+}
+
+// finish stops drawing and clears the line.
+func (c *scanCounter) finish() {
+	if c == nil {
+		return
+	}
+	close(c.stop)
+	c.wg.Wait()
+	if c.stopTick != nil {
+		c.stopTick()
+	}
+	fmt.Fprint(c.w, "\r\033[K")
+}

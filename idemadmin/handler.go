@@ -1,0 +1,244 @@
+package idemadmin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// HandlerOptions configure Handler. Nil means the defaults.
+type HandlerOptions struct {
+	// Decisions, when the server passed it in the store's Options.Observer,
+	// lets POST /sweep list each decision; nil reports counts only.
+	Decisions *Decisions
+	// Metrics, if set, gets its gauges refreshed (SetGauges) on every
+	// GET /stats.
+	Metrics Metrics
+	// Now is the time the views judge records at. Default the store's
+	// clock.
+	Now func() time.Time
+	// MaxRows bounds the rows of GET /ls, whatever its limit asks.
+	// Default 1000.
+	MaxRows int
+}
+
+// Handler serves the views of a running server's store, as JSON, for a
+// server to mount behind its own authorization:
+//
+//	GET  /inspect?scope=S&key=K   the key's Story (404 when nothing is stored)
+//	GET  /ls?state=&scope=&older_than=&limit=   a Listing (limit default 100)
+//	GET  /stats                   Stats; refreshes Metrics' gauges
+//	POST /sweep                   runs a sweep now: a SweepResult
+//	GET  /export?bodies=false     every record as JSON lines (AuditRecord)
+//
+// Paths are relative to where it is mounted (use http.StripPrefix). Add
+// format=text to inspect, ls, stats or sweep for the command line's
+// tables. Errors are JSON objects {"error": "..."} with a 4xx or 5xx
+// status; ls, stats and export answer 501 when the backend cannot list
+// (idem.Lister). A scan stops when the request's context ends.
+func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
+	h := &handler{s: store, maxRows: 1000}
+	if opts != nil {
+		h.o = *opts
+		if opts.MaxRows > 0 {
+			h.maxRows = opts.MaxRows
+		}
+	}
+	if h.o.Now == nil {
+		h.o.Now = store.Options().Clock.Now
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", h.index)
+	mux.HandleFunc("GET /inspect", h.inspect)
+	mux.HandleFunc("GET /ls", h.ls)
+	mux.HandleFunc("GET /stats", h.stats)
+	mux.HandleFunc("POST /sweep", h.sweep)
+	mux.HandleFunc("GET /export", h.export)
+	return mux
+}
+
+type handler struct {
+	s       *idem.Store
+	o       HandlerOptions
+	maxRows int
+}
+
+func (h *handler) index(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string][]string{"endpoints": {
+		"GET inspect?scope=&key=", "GET ls?state=&scope=&older_than=&limit=", "GET stats",
+		"POST sweep", "GET export?bodies=false",
+	}})
+}
+
+func (h *handler) lister(w http.ResponseWriter) (idem.Lister, bool) {
+	l, ok := h.s.Backend().(idem.Lister)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, fmt.Errorf("the store's backend %T cannot list records", h.s.Backend()))
+	}
+	return l, ok
+}
+
+func (h *handler) inspect(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	rec, err := h.s.Get(r.Context(), q.Get("scope"), q.Get("key"))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	respond(w, r, Tell(rec, h.o.Now()))
+}
+
+func (h *handler) ls(w http.ResponseWriter, r *http.Request) {
+	l, ok := h.lister(w)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	f := Filter{Now: h.o.Now(), State: q.Get("state"), Limit: min(100, h.maxRows)}
+	if q.Has("scope") {
+		scope := q.Get("scope")
+		f.Scope = &scope
+	}
+	if s := q.Get("older_than"); s != "" {
+		d, err := ParseAge(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		f.MinAge = d
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("limit %q: want a positive number", s))
+			return
+		}
+		f.Limit = min(n, h.maxRows)
+	}
+	if err := f.Check(); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	out, err := List(r.Context(), l, f)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	respond(w, r, out)
+}
+
+func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
+	l, ok := h.lister(w)
+	if !ok {
+		return
+	}
+	st, err := Collect(r.Context(), l, StatsOptions{Now: h.o.Now()})
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if h.o.Metrics != nil {
+		SetGauges(h.o.Metrics, st)
+	}
+	respond(w, r, st)
+}
+
+func (h *handler) sweep(w http.ResponseWriter, r *http.Request) {
+	res, err := Sweep(r.Context(), h.s, h.o.Decisions)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	respond(w, r, res)
+}
+
+func (h *handler) export(w http.ResponseWriter, r *http.Request) {
+	l, ok := h.lister(w)
+	if !ok {
+		return
+	}
+	bodies := true
+	if s := r.URL.Query().Get("bodies"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("bodies %q: want true or false", s))
+			return
+		}
+		bodies = b
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	// Once lines are sent the status is too: a failure midway can only
+	// cut the stream short, which a reader sees as a last line without
+	// its newline or a missing record count.
+	n, err := Export(r.Context(), l, w, &ExportOptions{NoBodies: !bodies})
+	if err != nil && n == 0 {
+		w.Header().Set("Content-Type", "application/json")
+		writeError(w, statusOf(err), err)
+	}
+}
+
+// textView is a view that prints itself for a terminal.
+type textView interface {
+	WriteText(w io.Writer) error
+}
+
+// respond writes v as JSON, or as text with format=text.
+func respond(w http.ResponseWriter, r *http.Request, v textView) {
+	if r.URL.Query().Get("format") == "text" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_ = v.WriteText(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+// statusOf maps an error of the store to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, idem.ErrInvalidKey):
+		return http.StatusBadRequest
+	case errors.Is(err, idem.ErrUnavailable), errors.Is(err, idem.ErrClosed):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// ParseAge parses an age such as "90s", "15m", "2h30m" (Go durations) or
+// "7d" (days).
+func ParseAge(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("idemadmin: age %q: want a duration such as 90s, 15m, 2h or 7d", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("idemadmin: age %q: want a duration such as 90s, 15m, 2h or 7d", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,183 @@
+package idemadmin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem"
+)
+
+// Stats are counts over every record of a store, as of Now.
+type Stats struct {
+	Now time.Time `json:"now"`
+	// Records counts every stored record; InProgress, Done and Released
+	// count them by state.
+	Records    int `json:"records"`
+	InProgress int `json:"in_progress"`
+	Done       int `json:"done"`
+	Released   int `json:"released"`
+	// Stuck counts claims whose lease ended, awaiting recovery; Attention
+	// those recovery gave up on; Expired done and released records past
+	// their expiry, not reclaimed yet.
+	Stuck     int `json:"stuck"`
+	Attention int `json:"attention"`
+	Expired   int `json:"expired"`
+	// OldestOpen is the claim in progress claimed earliest, if any.
+	OldestOpen *Row `json:"oldest_open,omitempty"`
+	// ExpiryHorizon is the latest expiry of any record: by then, with no
+	// new traffic, every record has expired.
+	ExpiryHorizon time.Time `json:"expiry_horizon,omitzero"`
+	// Replays, Conflicts and Mismatches add up the records' counts.
+	Replays    int64 `json:"replays"`
+	Conflicts  int64 `json:"conflicts"`
+	Mismatches int64 `json:"mismatches"`
+	// Disk is the space the store takes, when the backend can tell.
+	Disk *Disk `json:"disk,omitempty"`
+}
+
+// Disk is the space a Badger store takes on disk, measured from its files
+// when Collect runs: the blocks allocated to them where the system tells
+// (an open store's logs are sparse, preallocated files), their sizes
+// elsewhere.
+type Disk struct {
+	// LSM sums the tables (.sst), VLog the value logs (.vlog), and Total
+	// every file of the directory, memtable logs and manifest included.
+	LSM   int64 `json:"lsm_bytes"`
+	VLog  int64 `json:"vlog_bytes"`
+	Total int64 `json:"total_bytes"`
+}
+
+// StatsOptions configure Collect.
+type StatsOptions struct {
+	// Now is the time records are judged at.
+	Now time.Time
+	// Progress, if set, is called with the number of records scanned so
+	// far, after each record.
+	Progress func(scanned int)
+}
+
+// badgerDB is implemented by the Badger backend, and by wrappers that
+// embed it.
+type badgerDB interface{ DB() *badger.DB }
+
+// Collect scans every record of l and counts them. When l is the Badger
+// backend (anything with a DB() *badger.DB method), Stats.Disk holds its
+// size on disk.
+func Collect(ctx context.Context, l idem.Lister, o StatsOptions) (*Stats, error) {
+	st := &Stats{Now: o.Now}
+	var oldest Row
+	err := l.Scan(ctx, func(rec *idem.Record) bool {
+		st.Records++
+		if o.Progress != nil {
+			o.Progress(st.Records)
+		}
+		switch rec.State {
+		case idem.StateInProgress:
+			st.InProgress++
+			if st.OldestOpen == nil || rec.ClaimedAt.Before(oldest.Since) {
+				oldest = NewRow(rec, o.Now)
+				st.OldestOpen = &oldest
+			}
+		case idem.StateDone:
+			st.Done++
+		case idem.StateReleased:
+			st.Released++
+		}
+		switch condition(rec, o.Now) {
+		case "stuck":
+			st.Stuck++
+		case "attention":
+			st.Attention++
+		case "expired":
+			st.Expired++
+		}
+		if rec.State != idem.StateInProgress && rec.ExpiresAt.After(st.ExpiryHorizon) {
+			st.ExpiryHorizon = rec.ExpiresAt
+		}
+		st.Replays += rec.Replays
+		st.Conflicts += rec.Conflicts
+		st.Mismatches += rec.Mismatches
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := l.(badgerDB); ok && b.DB() != nil && !b.DB().Opts().InMemory {
+		st.Disk, err = diskUsage(b.DB().Opts())
+		if err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// diskUsage measures a Badger directory as Badger's own DB.Size does, but
+// now, and in space allocated rather than apparent size: DB.Size reads
+// sizes kept only with Badger's metrics enabled, which the idem backend
+// disables, refreshed once a minute, and an open store's value log and
+// memtables are sparse files preallocated to hundreds of MiB.
+func diskUsage(o badger.Options) (*Disk, error) {
+	d := &Disk{}
+	dirs := []string{o.Dir}
+	if o.ValueDir != o.Dir {
+		dirs = append(dirs, o.ValueDir)
+	}
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("idemadmin: measure %s: %w", dir, err)
+		}
+		for _, e := range entries {
+			info, err := e.Info()
+			if err != nil || !info.Mode().IsRegular() {
+				continue // removed meanwhile (compaction), or not a file
+			}
+			n := allocated(info)
+			switch filepath.Ext(e.Name()) {
+			case ".sst":
+				d.LSM += n
+			case ".vlog":
+				d.VLog += n
+			}
+			d.Total += n
+		}
+	}
+	return d, nil
+}
+
+// WriteText prints the stats as an aligned table.
+func (s *Stats) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	p := func(label, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	p("records", "%d", s.Records)
+	p("  in progress", "%d (%d stuck, %d need attention)", s.InProgress, s.Stuck, s.Attention)
+	p("  done", "%d", s.Done)
+	p("  released", "%d", s.Released)
+	p("  expired", "%d (reclaimed by the next sweep)", s.Expired)
+	if o := s.OldestOpen; o != nil {
+		p("oldest open claim", "%s %s, claimed %s (%s ago, %s)", quote(o.Scope), quote(o.Key),
+			formatTime(o.Since), formatAge(o.Age), o.Condition)
+	} else {
+		p("oldest open claim", "none")
+	}
+	if !s.ExpiryHorizon.IsZero() {
+		p("expiry horizon", "%s (%s)", formatTime(s.ExpiryHorizon), relative(s.ExpiryHorizon, s.Now))
+	} else {
+		p("expiry horizon", "-")
+	}
+	p("replays", "%d", s.Replays)
+	p("rejected", "%d× 409, %d× 422", s.Conflicts, s.Mismatches)
+	if s.Disk != nil {
+		p("disk", "%s (tables %s, value log %s)", formatBytes(s.Disk.Total),
+			formatBytes(s.Disk.LSM), formatBytes(s.Disk.VLog))
+	}
+	return tw.Flush()
+}

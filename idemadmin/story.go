@@ -1,0 +1,344 @@
+package idemadmin
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Story is one record's story as of Now: what it is, and a timeline of
+// how it came to be.
+type Story struct {
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
+	// State is "in_progress", "done" or "released".
+	State string `json:"state"`
+	// Condition judges the record at Now: "attention", "stuck",
+	// "in_progress", "done", "released" or "expired" (see Row.Condition).
+	Condition string `json:"condition"`
+	// Summary says in a sentence where the record stands and what happens
+	// to the next request with its key.
+	Summary     string    `json:"summary"`
+	Fingerprint string    `json:"fingerprint"`
+	Token       uint64    `json:"token"`
+	Claims      int       `json:"claims"`
+	FirstSeen   time.Time `json:"first_seen"`
+	// LeaseEnds is set for a claim in progress; zero once orphaned.
+	LeaseEnds time.Time `json:"lease_ends,omitzero"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Result summarises the saved result of a done record.
+	Result     *ResultSummary `json:"result,omitempty"`
+	Replays    int64          `json:"replays"`
+	Conflicts  int64          `json:"conflicts"`
+	Mismatches int64          `json:"mismatches"`
+	// Timeline holds the story's events, oldest first.
+	Timeline []Entry `json:"timeline"`
+	// Now is the time the story was told at.
+	Now time.Time `json:"now"`
+}
+
+// ResultSummary describes a saved result without its body.
+type ResultSummary struct {
+	Status    int    `json:"status"`
+	Bytes     int    `json:"bytes"`
+	Error     string `json:"error,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// Entry is one event of a record's timeline.
+type Entry struct {
+	// Time is when it happened; zero when the record does not say (such
+	// as when a restart orphaned a claim), in which case the entry follows
+	// the one before it.
+	Time time.Time `json:"time,omitzero"`
+	// Event names it: first_seen, claimed, completed, released, recovered,
+	// orphaned (or another note on an open claim), unfinished (a claim
+	// that is not the current one and has no outcome), not_kept (claims
+	// the record dropped), lease_ends, lease_ended, unknown, attention,
+	// replayed, rejected, expires, expired.
+	Event string `json:"event"`
+	// Token is the fencing token of the claim concerned, if any.
+	Token uint64 `json:"token,omitempty"`
+	// Detail says what happened, in words.
+	Detail string `json:"detail"`
+}
+
+// Tell returns rec's story as of now. A record keeps counts of its
+// replays and rejections and the time of the last one, so the timeline
+// holds one entry for each kind, at the last one.
+func Tell(rec *idem.Record, now time.Time) *Story {
+	s := &Story{
+		Scope: rec.Scope, Key: rec.Key, State: rec.State.String(), Condition: condition(rec, now),
+		Fingerprint: rec.Fingerprint, Token: rec.Token, Claims: rec.Claims,
+		FirstSeen: rec.FirstSeen, ExpiresAt: rec.ExpiresAt,
+		Replays: rec.Replays, Conflicts: rec.Conflicts, Mismatches: rec.Mismatches,
+		Now: now,
+	}
+	if rec.State == idem.StateInProgress {
+		s.LeaseEnds = rec.LeaseEnds
+		s.ExpiresAt = time.Time{}
+	}
+	if rec.State == idem.StateDone && rec.Result != nil {
+		s.Result = &ResultSummary{Status: rec.Result.Status, Bytes: len(rec.Result.Body),
+			Error: rec.Result.Error, Truncated: rec.Result.Truncated}
+	}
+	s.Summary = summary(rec, now)
+	s.Timeline = timeline(rec, now)
+	return s
+}
+
+// condition is the record's state as judged at now.
+func condition(rec *idem.Record, now time.Time) string {
+	switch {
+	case rec.State == idem.StateInProgress && rec.Attention:
+		return "attention"
+	case rec.Stale(now):
+		return "stuck"
+	case rec.State != idem.StateInProgress && !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt):
+		return "expired"
+	default:
+		return rec.State.String()
+	}
+}
+
+func summary(rec *idem.Record, now time.Time) string {
+	switch condition(rec, now) {
+	case "attention":
+		return fmt.Sprintf("needs attention: recovery gave up after %s; every repeat is refused until an operator decides",
+			plural(int64(rec.Checks), "inconclusive check", "inconclusive checks"))
+	case "stuck":
+		why := "its lease ended " + relative(rec.LeaseEnds, now)
+		if rec.LeaseEnds.IsZero() {
+			why = "a restart orphaned it"
+		}
+		return "stuck: " + why + "; recovery must learn from the resolver whether its effect happened"
+	case "in_progress":
+		return "in progress: a live claim (lease ends " + relative(rec.LeaseEnds, now) + "); repeats get 409"
+	case "expired":
+		return "expired " + relative(rec.ExpiresAt, now) + ": a repeat runs the effect again; the next sweep reclaims it"
+	case "done":
+		status := "its saved result"
+		if rec.Result != nil && rec.Result.Status != 0 {
+			status = fmt.Sprintf("status %d", rec.Result.Status)
+		}
+		return "done: repeats get " + status + " until it expires " + relative(rec.ExpiresAt, now)
+	case "released":
+		return "released: the next request with this key runs the effect again"
+	}
+	return rec.State.String()
+}
+
+// timeline builds the entries of rec's story, oldest first.
+func timeline(rec *idem.Record, now time.Time) []Entry {
+	var out []Entry
+	add := func(at time.Time, event string, token uint64, format string, args ...any) {
+		out = append(out, Entry{Time: at, Event: event, Token: token, Detail: fmt.Sprintf(format, args...)})
+	}
+	// note adds what was noted on an open claim, such as a restart
+	// orphaning it; the record does not say when.
+	note := func(a idem.Attempt) {
+		if strings.HasPrefix(a.Reason, "orphaned") {
+			add(time.Time{}, "orphaned", a.Token, "%s: the process holding the claim was gone", a.Reason)
+			return
+		}
+		add(time.Time{}, "note", a.Token, "%s", a.Reason)
+	}
+	add(rec.FirstSeen, "first_seen", 0, "first seen")
+
+	attempts := rec.Attempts
+	if len(attempts) == 0 {
+		// A record written before attempts were kept: its current claim is
+		// all it knows.
+		attempts = []idem.Attempt{{Token: rec.Token, ClaimedAt: rec.ClaimedAt, Owner: rec.Owner}}
+		if rec.State == idem.StateDone {
+			a := &attempts[0]
+			a.EndedAt, a.Outcome = rec.DoneAt, "completed"
+			if rec.Recovered != "" {
+				a.Outcome = "recovered: " + rec.Recovered
+			}
+			if rec.Result != nil {
+				a.Status = rec.Result.Status
+			}
+		}
+	}
+	// The record keeps the first claim and the latest ones: number them
+	// from the end when claims in between were dropped.
+	notKept := max(rec.Claims-len(attempts), 0)
+	for i, a := range attempts {
+		n := i + 1
+		if i > 0 {
+			n += notKept
+		}
+		if i == 1 && notKept > 0 {
+			add(time.Time{}, "not_kept", 0, "%s not kept (a record keeps the first and the latest %d)",
+				plural(int64(notKept), "claim", "claims"), idem.MaxAttempts-1)
+		}
+		who := ""
+		if a.Owner != "" {
+			who = " by " + a.Owner
+		}
+		add(a.ClaimedAt, "claimed", a.Token, "claim %d of %d: token %d%s", n, rec.Claims, a.Token, who)
+		current := a.Token == rec.Token
+		if a.EndedAt.IsZero() {
+			if a.Reason != "" {
+				note(a)
+			}
+			if current && rec.State == idem.StateInProgress {
+				openClaim(rec, now, add)
+			} else {
+				add(time.Time{}, "unfinished", a.Token, "no outcome recorded")
+			}
+			continue
+		}
+		switch {
+		case a.Outcome == "completed":
+			add(a.EndedAt, "completed", a.Token, "completed: %s", saved(a.Status))
+		case strings.HasPrefix(a.Outcome, "recovered: "):
+			if a.Reason != "" {
+				note(a)
+			}
+			add(a.EndedAt, "recovered", a.Token, "recovered: the resolver said %s; %s",
+				strings.TrimPrefix(a.Outcome, "recovered: "), saved(a.Status))
+		case a.Outcome == "released" && strings.HasPrefix(a.Reason, "recovered: "):
+			add(a.EndedAt, "recovered", a.Token, "recovered: %s; released, the next request runs it",
+				strings.TrimPrefix(a.Reason, "recovered: "))
+		case a.Outcome == "released":
+			why := ""
+			if a.Reason != "" {
+				why = " (" + a.Reason + ")"
+			}
+			add(a.EndedAt, "released", a.Token, "released%s: the next request runs it again", why)
+		default:
+			add(a.EndedAt, a.Outcome, a.Token, "%s", a.Outcome)
+		}
+	}
+
+	if rec.Replays > 0 {
+		add(rec.LastReplay, "replayed", 0, "replayed %s; the last here", plural(rec.Replays, "time", "times"))
+	}
+	if rec.Conflicts > 0 || rec.Mismatches > 0 {
+		var parts []string
+		if rec.Conflicts > 0 {
+			parts = append(parts, fmt.Sprintf("%d× 409 (in progress)", rec.Conflicts))
+		}
+		if rec.Mismatches > 0 {
+			parts = append(parts, fmt.Sprintf("%d× 422 (different payload)", rec.Mismatches))
+		}
+		add(rec.LastRejection, "rejected", 0, "refused %s; the last here", strings.Join(parts, " and "))
+	}
+	if rec.State != idem.StateInProgress && !rec.ExpiresAt.IsZero() {
+		if now.Before(rec.ExpiresAt) {
+			what := "replays until then"
+			if rec.State == idem.StateReleased {
+				what = "its story is kept until then"
+			}
+			add(rec.ExpiresAt, "expires", 0, "expires: %s", what)
+		} else {
+			add(rec.ExpiresAt, "expired", 0, "expired: a repeat runs the effect again; not reclaimed yet")
+		}
+	}
+	sortEntries(out)
+	return out
+}
+
+// openClaim adds what is known of the current claim in progress.
+func openClaim(rec *idem.Record, now time.Time, add func(time.Time, string, uint64, string, ...any)) {
+	switch {
+	case rec.LeaseEnds.IsZero():
+		// Orphaned: the note said so.
+	case now.Before(rec.LeaseEnds):
+		add(rec.LeaseEnds, "lease_ends", rec.Token, "lease ends unless its holder extends it")
+	default:
+		add(rec.LeaseEnds, "lease_ended", rec.Token, "lease ended: awaiting recovery")
+	}
+	if rec.Checks > 0 {
+		next := ""
+		if !rec.Attention && !rec.NextCheck.IsZero() {
+			next = "; next check " + formatTime(rec.NextCheck)
+		}
+		add(time.Time{}, "unknown", rec.Token, "the resolver could not tell (%s)%s",
+			plural(int64(rec.Checks), "check", "checks"), next)
+	}
+	if rec.Attention {
+		add(time.Time{}, "attention", rec.Token, "needs attention: recovery gave up; an operator must decide")
+	}
+}
+
+func saved(status int) string {
+	if status == 0 {
+		return "result saved"
+	}
+	return fmt.Sprintf("status %d saved", status)
+}
+
+// sortEntries orders entries by time, stably; an entry without a time
+// keeps its place after the entry before it.
+func sortEntries(es []Entry) {
+	at := make([]time.Time, len(es))
+	var last time.Time
+	for i, e := range es {
+		if !e.Time.IsZero() {
+			last = e.Time
+		}
+		at[i] = last
+	}
+	idx := make([]int, len(es))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return at[idx[a]].Before(at[idx[b]]) })
+	sorted := make([]Entry, len(es))
+	for i, j := range idx {
+		sorted[i] = es[j]
+	}
+	copy(es, sorted)
+}
+
+// WriteText prints the story for a terminal: a header of facts, then the
+// timeline as an aligned table.
+func (s *Story) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	p := func(label, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	p("key", "%s", quote(s.Key))
+	p("scope", "%s", quote(s.Scope))
+	p("state", "%s", s.Summary)
+	p("fingerprint", "%s", s.Fingerprint)
+	p("token", "%d (%s)", s.Token, plural(int64(s.Claims), "claim", "claims"))
+	p("first seen", "%s (%s)", formatTime(s.FirstSeen), relative(s.FirstSeen, s.Now))
+	if s.Result != nil {
+		r := fmt.Sprintf("status %d, %s", s.Result.Status, formatBytes(int64(s.Result.Bytes)))
+		if s.Result.Truncated {
+			r += " (body too large to keep)"
+		}
+		if s.Result.Error != "" {
+			r += ", saved error " + fmt.Sprintf("%q", s.Result.Error)
+		}
+		p("result", "%s", r)
+	}
+	p("replays", "%d", s.Replays)
+	p("rejected", "%d× 409, %d× 422", s.Conflicts, s.Mismatches)
+	if !s.ExpiresAt.IsZero() {
+		p("expires", "%s (%s)", formatTime(s.ExpiresAt), relative(s.ExpiresAt, s.Now))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tAGO\tEVENT\tDETAIL")
+	for _, e := range s.Timeline {
+		t, ago := formatTime(e.Time), relative(e.Time, s.Now)
+		if e.Time.IsZero() {
+			t, ago = "", ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t, ago, e.Event, e.Detail)
+	}
+	return tw.Flush()
+}
