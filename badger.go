@@ -170,7 +170,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	}
 	db, err := badger.Open(bo)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open badger at %q: %v", ErrUnavailable, dir, err)
+		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
 	}
 	b := &BadgerBackend{db: db, ro: o.ReadOnly, open: map[string]openClaim{},
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}

@@ -80,6 +80,10 @@ func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdic
 		if err != nil && !errors.Is(err, ErrFenced) {
 			return Unknown, err
 		}
+		if err == nil {
+			s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
+				Verdict: NotCommitted.String(), Reason: "plan never saved"})
+		}
 		return NotCommitted, nil
 	}
 	if s.o.Resolver == nil {

@@ -93,7 +93,8 @@ type Record struct {
 	NextCheck time.Time `msgpack:"nc,omitempty"`
 	// Attention is true once recovery gave up on the claim.
 	Attention bool `msgpack:"at,omitempty"`
-	// Recovered says how recovery ended the claim ("committed"), if it did.
+	// Recovered says how recovery ended a done record's claim
+	// ("committed"), or why a released record's claim was released.
 	Recovered string `msgpack:"rc,omitempty"`
 	// Owner identifies the process instance that holds the claim.
 	Owner string `msgpack:"ow,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,11 @@ type Options struct {
 	// Logger, if set, logs every transition through SlogObserver, and
 	// Badger's warnings.
 	Logger *slog.Logger
+
+	// Owner names this process in the claims it takes (Record.Owner), so
+	// that an operator can tell who held a stuck claim. Default the host
+	// name, the process id and a random suffix.
+	Owner string
 
 	// CloseTimeout bounds how long Close waits for running effects and open
 	// claims to finish before closing the storage under them (their claims
@@ -180,9 +186,15 @@ func Open(dir string, opts *Options) (*Store, error) {
 // New returns a Store over any Backend, such as pgstore's. The Store owns
 // the backend from then on and closes it in Close.
 func New(b Backend, opts *Options) *Store {
-	var id [6]byte
-	_, _ = rand.Read(id[:])
-	s := &Store{b: b, o: opts.withDefaults(), owner: hex.EncodeToString(id[:]), accepting: true,
+	o := opts.withDefaults()
+	owner := o.Owner
+	if owner == "" {
+		var id [3]byte
+		_, _ = rand.Read(id[:])
+		host, _ := os.Hostname()
+		owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(id[:]))
+	}
+	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
 		flushNow: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
