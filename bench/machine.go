@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -30,6 +32,10 @@ type Machine struct {
 	LoadStart string    `json:"load_start"`
 	LoadEnd   string    `json:"load_end,omitempty"`
 	Date      time.Time `json:"date"`
+	// Library is the commit of the idem checkout the suite was built
+	// against (the parent directory), with "+ uncommitted changes" when
+	// its tracked files differ from it.
+	Library string `json:"library,omitempty"`
 }
 
 // describeMachine reads /proc and /sys; what it cannot read stays empty.
@@ -45,7 +51,29 @@ func describeMachine(tmp string) Machine {
 	}
 	m.Device, m.FS, m.MountOptions = mountOf(tmp)
 	m.Disk = diskOf(m.Device)
+	m.Library = libraryRevision()
 	return m
+}
+
+// libraryRevision describes the git checkout of the library in the
+// parent directory, or returns "" when there is none (or no git).
+func libraryRevision() string {
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil || !bytes.HasPrefix(mod, []byte("module github.com/idemkit/idem\n")) {
+		return ""
+	}
+	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %s").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if len(rev) > 80 {
+		rev = rev[:77] + "..."
+	}
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += " + uncommitted changes"
+	}
+	return rev
 }
 
 // firstField returns the value of the first "name : value" line of a

@@ -56,6 +56,7 @@ func mainErr(ctx context.Context, args []string) error {
 	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,replay,hot,dataset,fingerprint,http (default all)")
 	tmp := fs.String("tmp", "", "directory for the stores (default the system's temporary directory)")
 	child := fs.String("child", "", "internal: run as a child process of the named workload")
+	render := fs.String("render", "", "render the report again from this results.json into -out, measuring nothing")
 	if len(args) > 0 && strings.HasPrefix(args[0], "-child=") {
 		// A child's own flags follow; only -child is the parent's.
 		if err := fs.Parse(args[:1]); err != nil {
@@ -65,6 +66,13 @@ func mainErr(ctx context.Context, args []string) error {
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *render != "" {
+		res, err := readResults(*render)
+		if err != nil {
+			return err
+		}
+		return writeResults(*out, res)
 	}
 	plan := fullPlan()
 	if *quick {

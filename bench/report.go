@@ -11,6 +11,23 @@ import (
 	"time"
 )
 
+// readResults reads a results.json that an earlier run wrote, so that
+// the report can be rendered again (-render) without measuring again.
+func readResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.Targets = nil
+	r.computeRatios()
+	r.judgeTargets()
+	return &r, nil
+}
+
 // writeResults writes report.md, results.json and chart.svg into dir.
 func writeResults(dir string, r *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -147,6 +164,9 @@ func reportMarkdown(r *Results) string {
 
 	m := r.Machine
 	p("\n## Machine\n\n| | |\n|---|---|\n")
+	if m.Library != "" {
+		p("| idem checkout | %s |\n", m.Library)
+	}
 	p("| CPU | %s |\n| cores | %d |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s (%s) |\n",
 		m.CPU, m.Cores, m.MemoryGiB, m.Kernel, m.Go, m.OS)
 	p("| stores in | %s: %s on %s (%s) |\n| disk | %s |\n| date | %s |\n| load average (1 min) | %s at start, %s at end |\n",
@@ -178,7 +198,7 @@ func shortStatus(m *Measurement) string {
 
 // notes renders a measurement's details worth a reader's eye.
 func notes(m *Measurement) string {
-	per, _ := m.Detail["per_rep"].([]map[string]any)
+	per := perRep(m)
 	if len(per) == 0 {
 		return ""
 	}
@@ -210,6 +230,24 @@ func notes(m *Measurement) string {
 		parts = append(parts, v)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// perRep returns a measurement's per-repetition details, as the suite
+// recorded them or as results.json gives them back.
+func perRep(m *Measurement) []map[string]any {
+	switch v := m.Detail["per_rep"].(type) {
+	case []map[string]any:
+		return v
+	case []any:
+		var out []map[string]any
+		for _, d := range v {
+			if d, ok := d.(map[string]any); ok {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 func toInt(v any) int {

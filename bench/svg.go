@@ -77,7 +77,7 @@ func chartPanel(r *Results, w *Workload, rows []*Measurement, y int) (string, in
 	for d := dlo; d <= dhi; d++ {
 		xv := x(math.Pow(10, d))
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", xv, axisY, xv, axisY+len(rows)*rowHeight+4)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#777" font-size="10" text-anchor="middle">%s</text>`+"\n", xv, axisY-2, fmtNum(math.Pow(10, d)))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#777" font-size="10" text-anchor="middle">%s</text>`+"\n", xv, axisY-2, decade(d))
 	}
 	for i, m := range rows {
 		ry := y + panelTop + i*rowHeight
@@ -107,4 +107,12 @@ func kindOf(r *Results, name string) string {
 		}
 	}
 	return ""
+}
+
+// decade labels the axis line at 10^d.
+func decade(d float64) string {
+	if d < 0 {
+		return fmt.Sprintf("%g", math.Pow(10, d))
+	}
+	return groupThousands(fmt.Sprintf("%.0f", math.Pow(10, d)))
 }
