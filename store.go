@@ -354,6 +354,15 @@ func (s *Store) background() {
 		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 			s.observeErr("sweep", "", "", 0, err)
 		}
+		// Space reclaimed by the sweep returns to the disk over time: the
+		// backend's own maintenance (Badger's value-log GC) runs here, off
+		// the requests and off the Sweep a caller times.
+		if m, ok := s.b.(interface{ Maintain(context.Context) error }); ok {
+			if _, err := call(s, func() (struct{}, error) { return struct{}{}, m.Maintain(ctx) }); err != nil &&
+				!errors.Is(err, ErrClosed) && ctx.Err() == nil {
+				s.observeErr("maintain", "", "", 0, err)
+			}
+		}
 		select {
 		case <-s.stop:
 			return
