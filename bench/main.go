@@ -8,7 +8,7 @@
 // Usage:
 //
 //	cd bench && go run . -quick   # a few minutes, 100,000 retained keys
-//	cd bench && go run .          # full mode: longer repetitions, 1,000,000 retained keys
+//	cd bench && go run .          # full mode, about 10 minutes: longer repetitions, 1,000,000 retained keys
 //
 // It writes results/report.md (the tables, the targets of issue 5 judged
 // on this run, the machine), results/results.json (every repetition) and

@@ -151,8 +151,10 @@ func missNotes() map[string]string {
 			"bloom filters and blocks), decoding the whole msgpack record with its story, and the observer's " +
 			"event. bbolt reads one B+tree page through mmap. Closing it: keep the decoded results of hot done " +
 			"records in memory (invalidated by every write of the key), so that a repeat never reaches Badger.",
-		"replay-map": "The map answers with one hash lookup under a mutex; idem's replay goes through the store " +
-			"(see above). Only an in-memory cache of hot done records on the replay path can come within 2× of it.",
+		"replay-map": "The map answers with one hash lookup under a mutex. A replay through idem is a Begin: key " +
+			"validation, the store's admission bookkeeping, finding the record (in Badger, or in a cache of hot " +
+			"records), and the observer's event. Coming within 2× of the map needs that path to be a cache hit " +
+			"with little more than the map's own work, and no lock shared by every replay (at 32 goroutines).",
 		"mem": "Badger keeps memtables, a block cache and its tables' indexes and bloom filters resident, and " +
 			"idem's records carry their story; SQLite's default page cache is 2 MiB. Closing it: size Badger's " +
 			"memtables and caches for an embedded library (BadgerOptions), and keep records small.",
