@@ -62,7 +62,8 @@ func libraryRevision() string {
 	if err != nil || !bytes.HasPrefix(mod, []byte("module github.com/idemkit/idem\n")) {
 		return ""
 	}
-	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %s").Output()
+	// The last commit that changed the library, not the benchmarks.
+	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %s", "--", ".", ":!bench").Output()
 	if err != nil {
 		return ""
 	}
