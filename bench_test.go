@@ -119,3 +119,44 @@ func runSplit(b *testing.B, g int, fn func(i int)) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkReplay_Counting compares the replay path with and without the
+// counting of replays (Record.Replays): counts are gathered in memory and
+// flushed in batches, so the rate must not fall. "off" hides the backend's
+// Tallier, so nothing is counted.
+func BenchmarkReplay_Counting(b *testing.B) {
+	for _, counting := range []bool{true, false} {
+		name := "on"
+		if !counting {
+			name = "off"
+		}
+		b.Run(name, func(b *testing.B) {
+			bb, err := idem.OpenBadger(b.TempDir(), idem.BadgerOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var backend idem.Backend = bb
+			if !counting {
+				backend = struct{ idem.Backend }{bb}
+			}
+			s := idem.New(backend, &idem.Options{SweepInterval: -1})
+			defer s.Close()
+			const keys = 1000
+			for i := range keys {
+				_, _, err := s.Do(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i)},
+					func(context.Context) (idem.Result, error) { return idem.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, res, err := s.Begin(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i%keys)}); err != nil || res == nil {
+					b.Fatalf("replay: %v", err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
+		})
+	}
+}

@@ -12,23 +12,25 @@ import "sync"
 // an expired record, AddTallies) drops it from the set after its commit,
 // and a reader re-checks expiry with the store's clock on every use.
 
-// hotBytes bounds the set's approximate size; past it, arbitrary entries
-// are evicted. Records with bodies over hotMaxBody are never kept: a large
-// body is rare enough to be read from the store.
+// hotBytes bounds the set's approximate size; past it, the records put
+// longest ago are evicted first. Records with bodies over hotMaxBody are
+// never kept: a large body is rare enough to be read from the store.
 const (
-	hotBytes   = 4 << 20
+	hotBytes   = 8 << 20
 	hotMaxBody = 16 << 10
 )
 
 type hotSet struct {
-	mu    sync.RWMutex // guards m and bytes
+	mu    sync.RWMutex // guards the fields below
 	m     map[string]*Record
+	order []string // ids in the order they were put, oldest at head
+	head  int      // index in order of the oldest id still queued
 	bytes int
 }
 
 // size approximates what a kept record costs in memory.
-func size(id []byte, rec *Record) int {
-	n := len(id) + len(rec.Fingerprint) + 512 + len(rec.Attempts)*64
+func size(id string, rec *Record) int {
+	n := 2*len(id) + len(rec.Scope) + len(rec.Key) + len(rec.Fingerprint) + 256 + len(rec.Attempts)*72
 	if rec.Result != nil {
 		n += len(rec.Result.Body) + len(rec.Result.Error)
 		for k, vs := range rec.Result.Header {
@@ -52,30 +54,57 @@ func (h *hotSet) put(id []byte, rec *Record) {
 	if rec.Result != nil && len(rec.Result.Body) > hotMaxBody {
 		return
 	}
-	n := size(id, rec)
+	k := string(id)
+	n := size(k, rec)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
 		h.m = make(map[string]*Record)
 	}
-	if old, ok := h.m[string(id)]; ok {
-		h.bytes -= size(id, old)
+	if old, ok := h.m[k]; ok {
+		h.bytes -= size(k, old)
+	} else {
+		h.order = append(h.order, k)
 	}
-	for k, v := range h.m {
-		if h.bytes+n <= hotBytes {
-			break
-		}
-		h.bytes -= size([]byte(k), v)
-		delete(h.m, k)
-	}
-	h.m[string(id)] = rec
+	h.m[k] = rec
 	h.bytes += n
+	// Evict oldest first. An id dropped earlier may still be queued: it
+	// is skipped. Each id is queued once per insertion, so the work is
+	// constant per put on average.
+	for h.bytes > hotBytes && h.head < len(h.order) {
+		old := h.order[h.head]
+		h.order[h.head] = ""
+		h.head++
+		if r, ok := h.m[old]; ok && old != k {
+			h.bytes -= size(old, r)
+			delete(h.m, old)
+		}
+	}
+	if queued := len(h.order) - h.head; queued > 2*len(h.m)+1024 {
+		// Ids dropped and put again are queued more than once: keep the
+		// latest place of each id still kept.
+		seen := make(map[string]bool, len(h.m))
+		kept := make([]string, 0, len(h.m))
+		for i := len(h.order) - 1; i >= h.head; i-- {
+			if id := h.order[i]; h.m[id] != nil && !seen[id] {
+				seen[id] = true
+				kept = append(kept, id)
+			}
+		}
+		for i, j := 0, len(kept)-1; i < j; i, j = i+1, j-1 {
+			kept[i], kept[j] = kept[j], kept[i]
+		}
+		h.order, h.head = kept, 0
+	} else if h.head > len(h.order)/2 && h.head > 1024 {
+		h.order = append(h.order[:0:0], h.order[h.head:]...)
+		h.head = 0
+	}
 }
 
 func (h *hotSet) drop(id []byte) {
 	h.mu.Lock()
 	if old, ok := h.m[string(id)]; ok {
-		h.bytes -= size(id, old)
+		h.bytes -= size(string(id), old)
 		delete(h.m, string(id))
 	}
 	h.mu.Unlock()

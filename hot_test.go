@@ -30,3 +30,20 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 		t.Fatalf("after dropping everything: %d bytes, %d records", h.bytes, len(h.m))
 	}
 }
+
+func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
+	var h hotSet
+	rec := &Record{State: StateDone, Result: &Result{Body: []byte("x")}}
+	for round := range 200 {
+		for i := range 100 {
+			id := []byte("id-" + strconv.Itoa(i))
+			h.put(id, rec)
+			if round%2 == 0 {
+				h.drop(id)
+			}
+		}
+	}
+	if len(h.order)-h.head > 2*len(h.m)+1024+1 {
+		t.Fatalf("%d ids queued for %d records", len(h.order)-h.head, len(h.m))
+	}
+}

@@ -161,6 +161,7 @@ type Store struct {
 	flushNow  chan struct{} // asks the tally flusher to flush early
 	sweeps    sync.Mutex    // one Sweep at a time
 	counts    tallies       // replays and rejections not yet flushed
+	tallier   Tallier       // the backend, if it keeps counts
 }
 
 // Open opens (or creates) a store in a directory on the embedded Badger
@@ -198,6 +199,7 @@ func New(b Backend, opts *Options) *Store {
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
 		flushNow: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
+	s.tallier, _ = b.(Tallier)
 	go s.tallyLoop()
 	if s.o.SweepInterval > 0 {
 		go s.background()

@@ -31,7 +31,6 @@ type tallies struct {
 
 func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full bool) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.m == nil {
 		t.m = map[tallyKey]*Tally{}
 	}
@@ -52,7 +51,9 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 		c.Mismatches++
 		c.LastRejection = at
 	}
-	return len(t.m) >= maxTallies
+	full = len(t.m) >= maxTallies
+	t.mu.Unlock()
+	return full
 }
 
 func (t *tallies) take() []Tally {
@@ -71,7 +72,7 @@ func (t *tallies) take() []Tally {
 
 // count notes a replay or a rejection for the record's story.
 func (s *Store) count(scope, key string, kind EventKind, at time.Time) {
-	if _, ok := s.b.(Tallier); !ok {
+	if s.tallier == nil {
 		return
 	}
 	if s.counts.add(scope, key, kind, at) {
@@ -84,8 +85,8 @@ func (s *Store) count(scope, key string, kind EventKind, at time.Time) {
 
 // flushTallies hands the gathered counts to the backend.
 func (s *Store) flushTallies(ctx context.Context) error {
-	t, ok := s.b.(Tallier)
-	if !ok {
+	t := s.tallier
+	if t == nil {
 		return nil
 	}
 	batch := s.counts.take()
