@@ -144,7 +144,9 @@ func BenchmarkReplay_Counting(b *testing.B) {
 			const keys = 1000
 			for i := range keys {
 				_, _, err := s.Do(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i)},
-					func(context.Context) (idem.Result, error) { return idem.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil })
+					func(context.Context) (idem.Result, error) {
+						return idem.Result{Status: 201, Body: []byte(`{"ok":true}`)}, nil
+					})
 				if err != nil {
 					b.Fatal(err)
 				}
