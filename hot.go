@@ -16,7 +16,7 @@ import "sync"
 // longest ago are evicted first. Records with bodies over hotMaxBody are
 // never kept: a large body is rare enough to be read from the store.
 const (
-	hotBytes   = 8 << 20
+	hotBytes   = 16 << 20
 	hotMaxBody = 16 << 10
 )
 
