@@ -9,14 +9,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idem/pgstore/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -136,125 +135,21 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// startPostgres creates a cluster in a temporary directory with initdb
-// and starts postgres on a free port of 127.0.0.1 with PostgreSQL's
-// default durability. initdb and postgres refuse to run as root: as root
-// both run as the postgres user. The server is the suite's child, not a
-// daemon (pg_ctl's way), so that Pdeathsig stops it if the suite is killed.
+// startPostgres starts a throwaway cluster (see pgtest) with PostgreSQL's
+// default durability; max_connections is raised for the concurrent
+// contenders.
 func startPostgres(ctx context.Context) (url string, stop func(), err error) {
-	bin, err := postgresBin()
+	c, err := pgtest.Start(ctx, &pgtest.Options{
+		DirPrefix: "idem-bench-pg-",
+		Settings:  []string{"max_connections=200"},
+	})
+	if errors.Is(err, pgtest.ErrNoBinaries) {
+		return "", nil, errors.New("no PostgreSQL server binaries (initdb, postgres) and no $" + envPostgresURL)
+	}
 	if err != nil {
 		return "", nil, err
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return "", nil, fmt.Errorf("running as root and there is no postgres user to run the server as: %w", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	}
-	// Under /tmp: every parent directory must be searchable by postgres.
-	dir, err := os.MkdirTemp("/tmp", "idem-bench-pg-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { _ = os.RemoveAll(dir) }
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			cleanup()
-			return "", nil, err
-		}
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
-		"-E", "UTF8", "--locale=C")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("initdb: %v: %s", err, lastLines(out))
-	}
-	port, err := freePort()
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	logPath := filepath.Join(dir, "log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir, "-c", "max_connections=200")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("start postgres: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop = func() {
-		// SIGINT is PostgreSQL's fast shutdown: end sessions, checkpoint, exit.
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		cleanup()
-	}
-	url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(logPath)
-			cleanup()
-			return "", nil, fmt.Errorf("postgres exited: %s", lastLines(log))
-		case <-time.After(50 * time.Millisecond):
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, url)
-		cancel()
-		if err == nil {
-			_ = conn.Close(ctx)
-			return url, stop, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			stop()
-			return "", nil, fmt.Errorf("postgres did not accept connections: %w", err)
-		}
-	}
-}
-
-// postgresBin returns the directory of initdb and postgres: the
-// newest /usr/lib/postgresql/*/bin, or the one on PATH.
-func postgresBin() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	ver := func(d string) int { v, _ := strconv.Atoi(filepath.Base(filepath.Dir(d))); return v }
-	sort.Slice(dirs, func(i, j int) bool { return ver(dirs[i]) > ver(dirs[j]) })
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			dirs = append(dirs, filepath.Dir(r))
-		}
-	}
-	for _, d := range dirs {
-		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
-			return d, nil
-		}
-	}
-	return "", errors.New("no PostgreSQL server binaries (initdb, postgres) and no $" + envPostgresURL)
-}
-
-func isExec(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+	return c.URL, c.Stop, nil
 }
 
 func lastLines(b []byte) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // newStore opens an in-memory store without a background sweep and closes
@@ -141,58 +142,9 @@ func send(t testing.TB, method, url, key, body string, extra ...string) reply {
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
-// manualClock is an idem.Clock that moves only when told.
-type manualClock struct {
-	mu      sync.Mutex // guards now and waiters
-	now     time.Time
-	waiters []waiter
-	added   chan struct{} // receives when After registers a waiter
-}
-
-type waiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), added: make(chan struct{}, 1024)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, waiter{at: c.now.Add(d), ch: ch})
-	select {
-	case c.added <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if w.at.After(c.now) {
-			kept = append(kept, w)
-			continue
-		}
-		w.ch <- c.now
-	}
-	c.waiters = kept
+// newClock returns an idem.Clock that moves only when told.
+func newClock() *idemtest.Clock {
+	return idemtest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // autoClock is an idem.Clock for the Transport: every After returns at

@@ -149,7 +149,7 @@ func TestMiddleware_Wait_ReplaysFirstAttempt(t *testing.T) {
 }
 
 func TestMiddleware_Wait_GivesUpWith409(t *testing.T) {
-	clock := newManualClock()
+	clock := newClock()
 	store := newStore(t, &idem.Options{Clock: clock})
 	started, release := make(chan struct{}), make(chan struct{})
 	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Wait: 5 * time.Second})(http.HandlerFunc(
@@ -163,17 +163,29 @@ func TestMiddleware_Wait_GivesUpWith409(t *testing.T) {
 	<-started
 	second := make(chan reply, 1)
 	go func() { second <- send(t, "POST", srv.URL+"/x", "k", `{}`) }()
-	// Every wait the middleware starts moves the clock on a second.
-	for {
-		select {
-		case r := <-second:
-			if r.status != http.StatusConflict || r.problem(t).Type != idemhttp.ProblemInProgress {
-				t.Fatalf("got %d %s", r.status, r.body)
+	// The clock moves on a second whenever the second request is waiting
+	// on it: two waits pending, its poll and the first request's lease
+	// heartbeat (a third of the 30s default lease, so it never fires here).
+	done := make(chan struct{})
+	advanced := make(chan struct{})
+	go func() {
+		defer close(advanced)
+		for {
+			clock.BlockUntil(2)
+			select {
+			case <-done:
+				return
+			default:
 			}
-			return
-		case <-clock.added:
 			clock.Advance(time.Second)
 		}
+	}()
+	r := <-second
+	close(done)
+	clock.After(time.Hour) // a second pending wait, so that the advancer sees done
+	<-advanced
+	if r.status != http.StatusConflict || r.problem(t).Type != idemhttp.ProblemInProgress {
+		t.Fatalf("got %d %s", r.status, r.body)
 	}
 }
 
@@ -361,7 +373,7 @@ func TestMiddleware_OutcomeUnknown(t *testing.T) {
 		}), status: http.StatusOK, body: "ran 2", runs: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := newStore(t, &idem.Options{Clock: newManualClock(), Policy: holdOn504, Resolver: tc.resolver,
+			store := newStore(t, &idem.Options{Clock: newClock(), Policy: holdOn504, Resolver: tc.resolver,
 				RecheckBackoff: 2 * time.Second})
 			var runs atomic.Int32
 			srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -821,7 +833,7 @@ func TestMiddleware_BadConfigurationPanics(t *testing.T) {
 // than the lease keeps its claim: the lease is extended every Lease/3, so
 // a repeat meets a live claim (409), never a stale one to recover.
 func TestMiddleware_LeaseExtended(t *testing.T) {
-	clock := newManualClock()
+	clock := newClock()
 	store := newStore(t, &idem.Options{Clock: clock, Lease: 3 * time.Second})
 	started, release := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
@@ -837,7 +849,7 @@ func TestMiddleware_LeaseExtended(t *testing.T) {
 	// Each heartbeat waits a second on the clock; move it on as each one
 	// starts waiting: ten seconds, more than three leases.
 	for range 10 {
-		<-clock.added
+		clock.BlockUntil(1)
 		clock.Advance(time.Second)
 	}
 	r := send(t, "POST", srv.URL+"/x", "k", `{}`)

@@ -4,23 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/pgstore"
+	"github.com/idemkit/idem/pgstore/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -205,160 +198,21 @@ func redact(url string) string {
 	return url
 }
 
-// startCluster creates and starts a throwaway cluster in a temporary
-// directory, listening on a free port of 127.0.0.1, and returns its URL and
-// a function that stops it and removes the directory.
-//
-// initdb and postgres refuse to run as root, and CI runs as root: then both
-// run as the postgres user, which owns the directory.
+// startCluster starts a throwaway cluster (see pgtest) and returns its
+// URL and a function that stops it and removes its directory.
 func startCluster() (url string, stop func(), err error) {
-	bin, err := findBinaries()
-	if err != nil {
-		return "", nil, err
-	}
-	var cred *syscall.Credential
-	base := ""
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return "", nil, fmt.Errorf("running as root, and there is no postgres user to run the server as: %w", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		base = "/tmp" // every parent must be searchable by the postgres user
-	}
-	dir, err := os.MkdirTemp(base, "pgstore-test-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { _ = os.RemoveAll(dir) }
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			cleanup()
-			return "", nil, err
-		}
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
-		"-E", "UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("initdb: %v: %s", err, out)
-	}
-
-	// A port taken between the probe and the server's bind makes the start
-	// fail: try a few.
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			cleanup()
-			return "", nil, err
-		}
-		url, stop, err := startServer(bin, dir, data, port, cred)
-		if err == nil {
-			return url, func() { stop(); cleanup() }, nil
-		}
-		lastErr = err
-	}
-	cleanup()
-	return "", nil, lastErr
-}
-
-func startServer(bin, dir, data string, port int, cred *syscall.Credential) (string, func(), error) {
-	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return "", nil, err
-	}
-	defer logFile.Close()
 	// fsync is off: the tests kill clients, never the server, and the
 	// benchmarks compare the backend with bare pgx on the same server.
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir,
-		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300",
-		"-c", "shared_buffers=128MB", "-c", "log_min_messages=warning")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Pdeathsig stops the server if the test binary dies without stopping
-	// it (a timeout's SIGKILL), so no cluster outlives its test run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start postgres: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		// SIGINT is PostgreSQL's fast shutdown: end sessions, checkpoint, exit.
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			log, _ := os.ReadFile(logPath)
-			return "", nil, fmt.Errorf("postgres exited (%v): %s", err, log)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		conn, err := pgx.Connect(ctx, url)
-		cancel()
-		if err == nil {
-			_ = conn.Close(context.Background())
-			return url, stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("postgres did not accept connections within a minute: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// findBinaries returns the directory holding initdb and postgres: the
-// newest /usr/lib/postgresql/*/bin, or the one on PATH.
-func findBinaries() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
-	for _, d := range dirs {
-		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
-			return d, nil
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		d := filepath.Dir(p)
-		if isExec(filepath.Join(d, "postgres")) {
-			return d, nil
-		}
-	}
-	return "", errors.New("no PostgreSQL server binaries (initdb, postgres) in /usr/lib/postgresql/*/bin or on PATH")
-}
-
-func version(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
-}
-
-func isExec(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	c, err := pgtest.Start(context.Background(), &pgtest.Options{
+		NoSync:    true,
+		DirPrefix: "pgstore-test-",
+		Settings: []string{"fsync=off", "full_page_writes=off", "max_connections=300",
+			"shared_buffers=128MB", "log_min_messages=warning"},
+	})
 	if err != nil {
-		return 0, err
+		return "", nil, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return c.URL, c.Stop, nil
 }
 
 // newStore wraps b in a Store, closed when the test ends.

@@ -1,0 +1,247 @@
+//go:build unix
+
+// Package pgtest starts throwaway PostgreSQL clusters for tests and
+// benchmarks, as net/http/httptest starts HTTP servers.
+//
+// Start runs initdb in a temporary directory and starts postgres on a free
+// port of 127.0.0.1, trusting local connections as the postgres user; Stop
+// shuts it down and removes the directory. It needs PostgreSQL's server
+// binaries: the newest /usr/lib/postgresql/VERSION/bin (Debian's
+// postgresql package), or initdb and postgres on PATH. Without them Start
+// returns an error wrapping ErrNoBinaries, so that a caller can skip.
+//
+// initdb and postgres refuse to run as root: as root both run as the
+// postgres user, which then owns the cluster's directory under /tmp. The
+// server is the caller's child process, not a daemon, and on Linux it is
+// stopped if the caller dies without stopping it (a timeout's SIGKILL), so
+// that no cluster outlives its run.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoBinaries is wrapped by Start's error when PostgreSQL's server
+// binaries are not installed.
+var ErrNoBinaries = errors.New("no PostgreSQL server binaries (initdb, postgres) in /usr/lib/postgresql/*/bin or on PATH")
+
+// Options configure a cluster. The zero value is a cluster with
+// PostgreSQL's default settings.
+type Options struct {
+	// Settings are server settings, each "name=value", passed to postgres
+	// as -c options after listen_addresses and unix_socket_directories.
+	Settings []string
+	// NoSync runs initdb with --no-sync: faster, and safe when the cluster
+	// is thrown away with the machine's crash anyway.
+	NoSync bool
+	// DirPrefix names the temporary directory; "pgtest-" if empty.
+	DirPrefix string
+}
+
+// Cluster is a running throwaway cluster.
+type Cluster struct {
+	// URL is a connection URL to the postgres database as the postgres
+	// superuser, over TCP on 127.0.0.1 without TLS.
+	URL string
+	// Dir is the cluster's directory: the data directory (Dir/data), the
+	// server's log and its Unix socket. Stop removes it.
+	Dir string
+
+	stopOnce sync.Once
+	stop     func()
+}
+
+// Stop shuts the server down (PostgreSQL's fast shutdown, then SIGKILL if
+// it has not exited within 30 seconds) and removes its directory. It may
+// be called more than once.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() {
+		c.stop()
+		_ = os.RemoveAll(c.Dir)
+	})
+}
+
+// Start creates and starts a cluster. ctx bounds initdb and the wait for
+// the server to accept connections, not the server's life: Stop ends it.
+func Start(ctx context.Context, opts *Options) (*Cluster, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.DirPrefix == "" {
+		o.DirPrefix = "pgtest-"
+	}
+	bin, err := Binaries()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Credential
+	base := ""
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root, and there is no postgres user to run the server as: %w", err)
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		base = "/tmp" // every parent must be searchable by the postgres user
+	}
+	dir, err := os.MkdirTemp(base, o.DirPrefix)
+	if err != nil {
+		return nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"}
+	if o.NoSync {
+		args = append(args, "--no-sync")
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), args...)
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("initdb: %v: %s", err, lastLines(out))
+	}
+
+	// A port taken between the probe and the server's bind makes the start
+	// fail: try a few.
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		url, stop, err := startServer(ctx, bin, dir, data, port, cred, o.Settings)
+		if err == nil {
+			return &Cluster{URL: url, Dir: dir, stop: stop}, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	cleanup()
+	return nil, lastErr
+}
+
+func startServer(ctx context.Context, bin, dir, data string, port int, cred *syscall.Credential, settings []string) (string, func(), error) {
+	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, err
+	}
+	defer logFile.Close()
+	args := []string{"-D", data, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir}
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = serverAttr(cred)
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start postgres: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		// SIGINT is PostgreSQL's fast shutdown: end sessions, checkpoint, exit.
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(logPath)
+			return "", nil, fmt.Errorf("postgres exited (%v): %s", err, lastLines(log))
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(cctx, url)
+		cancel()
+		if err == nil {
+			_ = conn.Close(context.Background())
+			return url, stop, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return "", nil, fmt.Errorf("postgres did not accept connections: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Binaries returns the directory holding initdb and postgres: the newest
+// /usr/lib/postgresql/*/bin, or the one on PATH. Its error wraps
+// ErrNoBinaries when there is none.
+func Binaries() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			dirs = append(dirs, filepath.Dir(r))
+		}
+	}
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	return "", ErrNoBinaries
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lastLines returns the end of a log or of a command's output, on one line.
+func lastLines(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-10):], " / ")
+}
