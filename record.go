@@ -206,9 +206,18 @@ func (r *Record) Clone() *Record {
 	if r.Result != nil {
 		res := *r.Result
 		if r.Result.Header != nil {
+			// One backing array for every value: a replay clones this on
+			// its hot path.
+			n := 0
+			for _, v := range r.Result.Header {
+				n += len(v)
+			}
+			values := make([]string, 0, n)
 			res.Header = make(map[string][]string, len(r.Result.Header))
 			for k, v := range r.Result.Header {
-				res.Header[k] = append([]string(nil), v...)
+				start := len(values)
+				values = append(values, v...)
+				res.Header[k] = values[start:len(values):len(values)]
 			}
 		}
 		res.Body = append([]byte(nil), r.Result.Body...)

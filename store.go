@@ -146,6 +146,9 @@ type Store struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
 	accepting bool // new requests are taken (false once Close starts)
+	// refusing mirrors !accepting for the request path's quick check; the
+	// claim count still decides under mu.
+	refusing atomic.Bool
 	claims    int  // claims handed out and not finished
 
 	// ops counts backend calls in flight and closed forbids new ones. They
@@ -227,6 +230,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.accepting = false
+	s.refusing.Store(true)
 	deadline := time.Now().Add(s.o.CloseTimeout)
 	timer := time.AfterFunc(s.o.CloseTimeout, func() {
 		s.mu.Lock()
@@ -276,10 +280,10 @@ func call[T any](s *Store, fn func() (T, error)) (T, error) {
 	return fn()
 }
 
+// accept refuses new requests once Close began. A request that passes it
+// while Close starts is still caught by claimStarted, under mu.
 func (s *Store) accept() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.accepting {
+	if s.refusing.Load() {
 		return ErrClosed
 	}
 	return nil
