@@ -149,7 +149,7 @@ type Store struct {
 	// refusing mirrors !accepting for the request path's quick check; the
 	// claim count still decides under mu.
 	refusing atomic.Bool
-	claims    int  // claims handed out and not finished
+	claims   int // claims handed out and not finished
 
 	// ops counts backend calls in flight and closed forbids new ones. They
 	// are atomics, off the mutex, because every request touches them: a
