@@ -729,7 +729,14 @@ func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
 			if err := b.put(w, id, rec, latest(t.LastReplay, t.LastRejection)); err != nil {
 				return err
 			}
-			w.onCommit(func() { b.hot.drop(id) })
+			// Keep a replayed record hot: dropping it would send the next
+			// replay of every counted key to the LSM tree.
+			if rec.State == StateDone {
+				kept := rec.Clone()
+				w.onCommit(func() { b.hot.put(id, kept) })
+			} else {
+				w.onCommit(func() { b.hot.drop(id) })
+			}
 		}
 		return nil
 	}))
