@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/pgstore/pgtest"
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,13 +61,13 @@ func startServers(ctx context.Context, logf func(string, ...any)) *Servers {
 		s.stops = append(s.stops, stop)
 	}
 	if s.PGURL != "" {
-		schema, err := createSchema(ctx, s.PGURL)
+		schema, err := pgtest.CreateSchema(ctx, s.PGURL, "idem_bench_")
 		if err != nil {
 			s.PGURL, s.PGNote = "", fmt.Sprintf("not run: cannot use the server: %v", err)
 		} else {
 			s.PGSchema = schema
 			url := s.PGURL
-			s.stops = append([]func(){func() { dropSchema(url, schema) }}, s.stops...)
+			s.stops = append([]func(){func() { pgtest.DropSchema(url, schema) }}, s.stops...)
 		}
 	}
 	logf("postgres: %s", s.PGNote)
@@ -129,12 +126,6 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // startPostgres starts a throwaway cluster (see pgtest) with PostgreSQL's
 // default durability; max_connections is raised for the concurrent
 // contenders.
@@ -155,32 +146,6 @@ func startPostgres(ctx context.Context) (url string, stop func(), err error) {
 func lastLines(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-5):], " / ")
-}
-
-// createSchema makes this run's schema, so that its tables never meet
-// another run's on a shared server.
-func createSchema(ctx context.Context, url string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	schema := "idem_bench_" + randomHex(4)
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	return schema, err
-}
-
-func dropSchema(url, schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return
-	}
-	defer conn.Close(ctx)
-	_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 }
 
 // startRedis starts redis-server on a free port of 127.0.0.1 in a

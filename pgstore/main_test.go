@@ -2,19 +2,15 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgtest"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -58,7 +54,7 @@ func runMain(m *testing.M) int {
 	}
 	if server.err == nil {
 		var err error
-		server.schema, err = createRunSchema(server.url)
+		server.schema, err = pgtest.CreateSchema(context.Background(), server.url, "idem_test_")
 		if err != nil {
 			server.err = fmt.Errorf("cannot use the server at %s: %w", redact(server.url), err)
 		}
@@ -68,7 +64,7 @@ func runMain(m *testing.M) int {
 		p.Close()
 	}
 	if server.err == nil && os.Getenv(envURL) != "" {
-		dropRunSchema(server.url, server.schema)
+		pgtest.DropSchema(server.url, server.schema)
 	}
 	if stop != nil {
 		stop()
@@ -161,32 +157,6 @@ func pool(tb testing.TB) *pgxpool.Pool {
 		p.Close()
 	}
 	return sharedPool.Load()
-}
-
-func createRunSchema(url string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	var id [4]byte
-	_, _ = rand.Read(id[:])
-	schema := "idem_test_" + hex.EncodeToString(id[:])
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	return schema, err
-}
-
-func dropRunSchema(url, schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return
-	}
-	defer conn.Close(ctx)
-	_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 }
 
 func redact(url string) string {

@@ -19,6 +19,8 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -244,4 +246,35 @@ func freePort() (int, error) {
 func lastLines(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-10):], " / ")
+}
+
+// CreateSchema makes a fresh schema named prefix plus a random suffix on the
+// server at url and returns its name, so that a run's tables never meet
+// another run's on a shared server. Drop it with DropSchema.
+func CreateSchema(ctx context.Context, url, prefix string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	schema := prefix + hex.EncodeToString(id[:])
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	return schema, err
+}
+
+// DropSchema drops schema and everything in it, best effort: a server that
+// is already gone leaves nothing to drop.
+func DropSchema(url, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 }
