@@ -241,7 +241,15 @@ func MarshalRecord(r *Record) ([]byte, error) {
 // UnmarshalRecord decodes a record written by this or an earlier release.
 // Corrupt bytes, a record of a newer format, or one that fails basic
 // invariants give an error wrapping ErrCorrupt, never a panic.
-func UnmarshalRecord(b []byte) (*Record, error) {
+func UnmarshalRecord(b []byte) (rec *Record, err error) {
+	// The msgpack decoder panics on some malformed input (a nil where a
+	// struct is expected, found by FuzzUnmarshalRecord): corrupt bytes must
+	// give an error, never a panic.
+	defer func() {
+		if p := recover(); p != nil {
+			rec, err = nil, fmt.Errorf("%w: undecodable record: %v", ErrCorrupt, p)
+		}
+	}()
 	var r Record
 	if err := msgpack.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
