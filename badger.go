@@ -63,7 +63,8 @@ type BadgerOptions struct {
 	// Logger receives Badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
 	// Tune, if set, may change any Badger option last. Changing
-	// DetectConflicts, or SyncWrites under Durable, breaks the contract.
+	// DetectConflicts breaks the contract. SyncWrites is off: under
+	// Durable, the backend syncs a log of its own before each commit.
 	Tune func(*badger.Options)
 }
 
@@ -87,8 +88,15 @@ const reclaimGrace = time.Hour
 // backend keep the open claims in memory and know, on open, that every
 // claim a previous process left is orphaned.
 type BadgerBackend struct {
-	db *badger.DB
-	ro bool
+	db  *badger.DB
+	ro  bool
+	dir string
+
+	// wal is the log of a Durable store (wal.go), nil otherwise; walBroken,
+	// once set, stops all writing until a reopen. Both belong to the
+	// committer while it runs.
+	wal       *wal
+	walBroken error
 
 	// ops feeds the committer (commit.go), the only writer; stopped is
 	// closed by Close, and committerDone when the committer returned.
@@ -114,6 +122,9 @@ type BadgerBackend struct {
 	cursor []byte
 
 	gcMu sync.Mutex // serialises value-log garbage collection
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 type openClaim struct {
@@ -145,7 +156,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 		threshold = 16 << 10
 	}
 	bo = bo.
-		WithSyncWrites(o.Durability == Durable && !o.InMemory).
+		WithSyncWrites(false). // Durable syncs idem's own log (wal.go)
 		WithReadOnly(o.ReadOnly).
 		WithMemTableSize(memtable).
 		WithNumMemtables(3).
@@ -172,11 +183,17 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
 	}
-	b := &BadgerBackend{db: db, ro: o.ReadOnly, open: map[string]openClaim{},
+	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{},
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	if o.ReadOnly {
 		close(b.committerDone)
 		return b, nil
+	}
+	if !o.InMemory {
+		if err := b.openLog(o.Durability == Durable); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("%w: open badger at %q: log: %w", ErrUnavailable, dir, err)
+		}
 	}
 	err = db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(tokenKey)
@@ -203,6 +220,40 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 		return nil, unavailable("open", err)
 	}
 	return b, nil
+}
+
+// openLog replays what the log holds beyond Badger's last checkpoint and
+// keeps the log open if durable. A Fast store replays a log a Durable one
+// left (or its stale frames would be replayed over newer writes by the
+// next Durable open) and then writes none.
+func (b *BadgerBackend) openLog(durable bool) error {
+	if !durable {
+		if _, err := os.Stat(filepath.Join(b.dir, walName)); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	w, frames, err := openWAL(b.dir)
+	if err != nil {
+		return err
+	}
+	b.wal = w
+	if len(frames) > 0 {
+		if err := applyFrames(b.db, frames); err != nil {
+			_ = w.close()
+			b.wal = nil
+			return fmt.Errorf("replay: %w", err)
+		}
+		if err := b.checkpoint(); err != nil {
+			_ = w.close()
+			b.wal = nil
+			return fmt.Errorf("checkpoint after replay: %w", err)
+		}
+	}
+	if !durable {
+		b.wal = nil
+		return w.close()
+	}
+	return nil
 }
 
 // removeEmptyLogs deletes zero-byte value-log and memtable files. A process
@@ -796,13 +847,29 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 
 // Close implements Backend.
 func (b *BadgerBackend) Close() error {
-	select {
-	case <-b.stopped:
-	default:
-		close(b.stopped)
-	}
+	b.closeOnce.Do(func() { b.closeErr = b.close() })
+	return b.closeErr
+}
+
+func (b *BadgerBackend) close() error {
+	close(b.stopped)
 	<-b.committerDone
-	return b.db.Close()
+	var err error
+	if b.wal != nil {
+		// With the committer gone nothing writes: a checkpoint leaves the
+		// log with nothing to replay. If it fails, the frames are kept
+		// for the next open.
+		if b.walBroken == nil {
+			err = b.checkpoint()
+		}
+		if cerr := b.wal.close(); err == nil {
+			err = cerr
+		}
+	}
+	if cerr := b.db.Close(); err == nil {
+		err = cerr
+	}
+	return unavailable("close", err)
 }
 
 // badgerLogger hands Badger's warnings and errors to slog and drops its

@@ -27,11 +27,12 @@ import (
 //     the only writer of records (Badger's directory lock keeps other
 //     processes out), so no write can slip between an op's read and its
 //     write, and Badger's conflict detection has nothing left to catch.
-//   - Durability. Under Durable, Badger's SyncWrites is on and the group's
-//     commit returns only once the group is synced; no op is acknowledged
-//     before its group's commit returns. A claim is thus durable before its
-//     effect runs and a result before its caller hears of it, exactly as
-//     with one commit per op. Nothing rides on a later sync.
+//   - Durability. Under Durable, the group's writes are framed into the
+//     store's log and synced (wal.go) before the transaction is committed,
+//     and no op is acknowledged before that. A claim is thus durable before
+//     its effect runs and a result before its caller hears of it, exactly
+//     as with one synced commit per op. Nothing rides on a later sync, and
+//     no reader sees a write that is not yet durable.
 //   - Failure. If the group's commit fails, every op in it gets the error
 //     (wrapping ErrUnavailable) and none of its in-memory side effects (the
 //     open-claim set) are applied: the caller was told nothing was stored.
@@ -137,6 +138,14 @@ func (b *BadgerBackend) committer() {
 // commitGroup applies the ops of one group in one transaction (or a few,
 // if the group outgrows a transaction) and tells each op how it ended.
 func (b *BadgerBackend) commitGroup(group []op) {
+	if b.walBroken != nil {
+		err := unavailable("commit", fmt.Errorf("the store's log failed earlier; reopen the store to recover: %w",
+			b.walBroken))
+		for _, o := range group {
+			o.done <- err
+		}
+		return
+	}
 	results := make([]error, len(group))
 	bufs := make([]*wtxn, len(group))
 	txn := b.db.NewTransaction(true)
@@ -146,7 +155,22 @@ func (b *BadgerBackend) commitGroup(group []op) {
 	// never stored.
 	var pending, readers []int
 	commit := func() {
+		if err := b.logGroup(pending, bufs); err != nil {
+			txn.Discard()
+			for _, i := range append(pending, readers...) {
+				results[i] = err
+			}
+			pending, readers = pending[:0], readers[:0]
+			txn = b.db.NewTransaction(true)
+			return
+		}
 		if err := txn.Commit(); err != nil {
+			if b.wal != nil {
+				// The group is durable in the log but not in Badger: later
+				// groups would read around it while a replay would apply it.
+				// Stop writing until a reopen replays the log.
+				b.walBroken = fmt.Errorf("commit after the log was synced: %w", err)
+			}
 			for _, i := range append(pending, readers...) {
 				results[i] = unavailable("commit", err)
 			}
@@ -210,6 +234,42 @@ func (b *BadgerBackend) commitGroup(group []op) {
 	for i, o := range group {
 		o.done <- results[i]
 	}
+}
+
+// logGroup makes the writes of the pending ops durable in the log (wal.go)
+// before their transaction is committed: one frame, one sync. Any failure
+// stops all writing until a reopen, since the log may or may not hold the
+// frame and the generation on disk may not be the one in memory.
+func (b *BadgerBackend) logGroup(pending []int, bufs []*wtxn) error {
+	if b.wal == nil || len(pending) == 0 {
+		return nil
+	}
+	w := b.wal
+	w.begin()
+	for _, i := range pending {
+		w.add(bufs[i])
+	}
+	if w.full() {
+		if err := b.checkpoint(); err != nil {
+			b.walBroken = fmt.Errorf("checkpoint: %w", err)
+			return unavailable("commit", b.walBroken)
+		}
+	}
+	if err := w.commit(); err != nil {
+		b.walBroken = fmt.Errorf("log write: %w", err)
+		return unavailable("commit", b.walBroken)
+	}
+	return nil
+}
+
+// checkpoint makes everything Badger holds durable in its own files, then
+// starts a new generation of the log. It runs on the committer, or at open
+// and Close when the committer is not running.
+func (b *BadgerBackend) checkpoint() error {
+	if err := syncBadgerFiles(b.db, b.dir); err != nil {
+		return err
+	}
+	return b.wal.reset()
 }
 
 // apply writes an op's buffered writes into txn, in order, as fresh
