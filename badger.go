@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -92,11 +93,20 @@ type BadgerBackend struct {
 	ro  bool
 	dir string
 
-	// wal is the log of a Durable store (wal.go), nil otherwise; walBroken,
-	// once set, stops all writing until a reopen. Both belong to the
-	// committer while it runs.
-	wal       *wal
-	walBroken error
+	// wal is the log of a Durable store (wal.go), nil otherwise; it belongs
+	// to the syncer while the committer runs.
+	wal *wal
+	// broken, once set, stops all writing until a reopen (commit.go).
+	brokenMu sync.Mutex
+	broken   error
+
+	// The committer's pipeline (commit.go): writes of the unit being
+	// synced, by key, and the order to retire them in; seq numbers units;
+	// retired is the last unit the syncer finished.
+	overlay map[string]overlayEntry
+	sealed  []sealedKey
+	seq     uint64
+	retired atomic.Uint64
 
 	// ops feeds the committer (commit.go), the only writer; stopped is
 	// closed by Close, and committerDone when the committer returned.
@@ -335,7 +345,7 @@ func (b *BadgerBackend) orphanOpenClaims() error {
 func (b *BadgerBackend) orphan(ids [][]byte) error {
 	return b.batch(func(w *wtxn) error {
 		for _, id := range ids {
-			rec, err := getRecord(w, id)
+			rec, err := w.record(id)
 			if err != nil {
 				return err
 			}
@@ -382,7 +392,7 @@ func expiryKey(at time.Time, id []byte) []byte {
 // writing.
 func (b *BadgerBackend) update(id []byte, fn func(w *wtxn, rec *Record) error) error {
 	return b.batch(func(w *wtxn) error {
-		rec, err := getRecord(w, id)
+		rec, err := w.record(id)
 		if err != nil {
 			return err
 		}
@@ -686,7 +696,7 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 		err = b.batch(func(w *wtxn) error {
 			got = got[:0]
 			for _, e := range due {
-				rec, err := getRecord(w, e.id)
+				rec, err := w.record(e.id)
 				// A corrupt record is left for an operator to inspect; its
 				// index entry goes, so that it cannot stall reclamation.
 				if err != nil && !errors.Is(err, ErrCorrupt) {
@@ -769,7 +779,7 @@ func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
 	return unavailable("tally", b.batch(func(w *wtxn) error {
 		for _, t := range tallies {
 			id := recordID(t.Scope, t.Key)
-			rec, err := getRecord(w, id)
+			rec, err := w.record(id)
 			if errors.Is(err, ErrCorrupt) || (err == nil && rec == nil) {
 				continue // reclaimed since, or left for an operator
 			}
@@ -859,7 +869,7 @@ func (b *BadgerBackend) close() error {
 		// With the committer gone nothing writes: a checkpoint leaves the
 		// log with nothing to replay. If it fails, the frames are kept
 		// for the next open.
-		if b.walBroken == nil {
+		if b.brokenErr() == nil {
 			err = b.checkpoint()
 		}
 		if cerr := b.wal.close(); err == nil {

@@ -3,64 +3,110 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
 // Group commit for the Badger backend.
 //
-// Badger syncs its log once per write request, and every transaction
-// commit is one request: a store that commits each claim on its own is
-// bound to the disk's sync rate, shared by every goroutine. So every
-// read-modify-write of the backend runs as an op on one committer
-// goroutine, which gathers the ops that arrived while the previous commit
-// was syncing and applies them all in one transaction: one request, one
-// sync, for the whole group.
+// A synced store that commits each claim on its own is bound to the disk's
+// sync rate, shared by every goroutine. So every read-modify-write of the
+// backend runs as an op on one committer goroutine, which runs the ops
+// into a unit (one transaction), and a syncer goroutine makes whole units
+// durable: one log frame and one sync (wal.go), then one Badger commit.
+// The two overlap: while the syncer syncs unit N, the committer runs the
+// ops that arrive into unit N+1, and hands it over as soon as the syncer
+// is free. Under load a unit holds every op that arrived during the last
+// sync, and the syncs are shared by all of them.
 //
 // Why this keeps the contract:
 //
-//   - Atomic claims. Ops run one at a time, each reading through the
-//     group's transaction, which sees the writes of the ops before it in the
-//     group as well as every earlier group (each group is committed before
-//     the next starts). Two claims of one key in one group: the second
-//     reads the first's pending record and does not claim. The committer is
-//     the only writer of records (Badger's directory lock keeps other
-//     processes out), so no write can slip between an op's read and its
-//     write, and Badger's conflict detection has nothing left to catch.
-//   - Durability. Under Durable, the group's writes are framed into the
-//     store's log and synced (wal.go) before the transaction is committed,
-//     and no op is acknowledged before that. A claim is thus durable before
-//     its effect runs and a result before its caller hears of it, exactly
-//     as with one synced commit per op. Nothing rides on a later sync, and
-//     no reader sees a write that is not yet durable.
-//   - Failure. If the group's commit fails, every op in it gets the error
-//     (wrapping ErrUnavailable) and none of its in-memory side effects (the
-//     open-claim set) are applied: the caller was told nothing was stored.
-//   - Tokens. The token counter is written in the same group as the claims
+//   - Atomic claims. Ops run one at a time on the committer, each reading
+//     the writes of the ops before it: those of its own unit through the
+//     transaction, those of the unit being synced through the overlay (the
+//     unit's writes by key, kept until its commit), and everything older
+//     through Badger. Two claims of one key, in one unit or in two: the
+//     second reads the first's record and does not claim. The committer is
+//     the only writer (Badger's directory lock keeps other processes out),
+//     so no write can slip between an op's read and its write. The overlay
+//     is pruned only when a transaction begins, after the units it drops
+//     are committed, so no read falls between the two; and a transaction
+//     never reads from Badger a key that the unit committed during its life
+//     wrote, so Badger's conflict detection never fires.
+//   - Durability. Under Durable, a unit's writes are framed into the
+//     store's log and synced before its transaction is committed, and no op
+//     is answered before that. A claim is thus durable before its effect
+//     runs and a result before its caller hears of it, exactly as with one
+//     synced commit per op. Nothing rides on a later sync, no reader outside
+//     the committer sees a write that is not yet durable, and an op that
+//     wrote nothing is answered with its unit, after everything it read.
+//   - Failure. If a unit's log write, sync or commit fails, its ops get the
+//     error (wrapping ErrUnavailable), their in-memory side effects (the
+//     open-claim set, the hot set) are not applied, and the store refuses
+//     every later write until it is reopened: the next unit has read the
+//     failed one's writes, and the log may hold a frame that Badger does
+//     not, which a reopen replays. Reads go on.
+//   - Tokens. The token counter is written in the same unit as the claims
 //     that use it, so a token is persisted exactly when a claim holding it
-//     is; tokens burned by a failed group are skipped, never reused.
+//     is; tokens burned by a failed unit are skipped, never reused.
 //
 // Reads (Get, replays) never go through the committer.
 
 // maxGroup bounds the ops applied in one transaction.
 const maxGroup = 256
 
-// wtxn is what an op sees: reads through the group's transaction, writes
-// buffered until the op succeeds, so that a failed op writes nothing.
+// unit is one group: the ops run in one transaction, committed together.
+type unit struct {
+	seq     uint64
+	txn     *badger.Txn // nil until the first op runs
+	ops     []op
+	results []error
+	bufs    []*wtxn             // the writes of each op that wrote, else nil
+	written map[string]struct{} // keys written by the ops in txn
+}
+
+// overlayEntry is a write of a unit handed to the syncer and not yet
+// committed to Badger.
+type overlayEntry struct {
+	val       []byte
+	del       bool
+	expiresAt uint64 // Badger's TTL, unix seconds; 0 for none
+	seq       uint64
+}
+
+// wtxn is what an op sees: reads through its unit, writes buffered until
+// the op succeeds, so that a failed op writes nothing.
 type wtxn struct {
-	txn    *badger.Txn
+	b      *BadgerBackend
+	u      *unit
 	writes []*badger.Entry
 	dels   [][]byte
 	order  []bool // true: next entry of writes; false: next of dels
 	after  []func()
 }
 
-// onCommit arranges for fn to run on the committer once the op's writes
-// are committed, in commit order; it never runs if the commit fails.
+// onCommit arranges for fn to run once the op's writes are committed, in
+// commit order, before the op is answered; it never runs if the commit
+// fails.
 func (w *wtxn) onCommit(fn func()) { w.after = append(w.after, fn) }
 
-// Get reads key as the group sees it.
-func (w *wtxn) Get(key []byte) (*badger.Item, error) { return w.txn.Get(key) }
+// record reads the record of id as the op's turn sees it: the writes of
+// the ops before it in its unit, then those of the unit being synced, then
+// Badger.
+func (w *wtxn) record(id []byte) (*Record, error) {
+	key := withPrefix(prefixRecord, id)
+	if _, mine := w.u.written[string(key)]; !mine {
+		if e, ok := w.b.overlay[string(key)]; ok {
+			// As Badger would answer once it holds the write.
+			if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
+				return nil, nil
+			}
+			return UnmarshalRecord(e.val)
+		}
+	}
+	return getRecord(w.u.txn, id)
+}
 
 // Set buffers a write.
 func (w *wtxn) Set(key, value []byte) error { return w.SetEntry(badger.NewEntry(key, value)) }
@@ -77,6 +123,22 @@ func (w *wtxn) Delete(key []byte) error {
 	w.dels = append(w.dels, key)
 	w.order = append(w.order, false)
 	return nil
+}
+
+// each calls fn for every buffered write, in order; val is nil for a
+// deletion.
+func (w *wtxn) each(fn func(key, val []byte, del bool, expiresAt uint64)) {
+	wi, di := 0, 0
+	for _, isWrite := range w.order {
+		if isWrite {
+			e := w.writes[wi]
+			wi++
+			fn(e.Key, e.Value, false, e.ExpiresAt)
+		} else {
+			fn(w.dels[di], nil, true, 0)
+			di++
+		}
+	}
 }
 
 type op struct {
@@ -111,159 +173,296 @@ func (b *BadgerBackend) batch(fn func(w *wtxn) error) error {
 	}
 }
 
-// committer runs groups of ops until stop is closed.
+// committer runs ops into the current unit and hands the unit to the
+// syncer whenever the syncer is free, until stop is closed.
 func (b *BadgerBackend) committer() {
 	defer close(b.committerDone)
-	group := make([]op, 0, maxGroup)
-	for {
-		select {
-		case o := <-b.ops:
-			group = append(group[:0], o)
-		case <-b.stopped:
-			return
-		}
-	gather:
-		for len(group) < maxGroup {
+	ready := make(chan struct{})
+	units := make(chan *unit)
+	quit := make(chan struct{})
+	syncerDone := make(chan struct{})
+	go b.syncer(ready, units, quit, syncerDone)
+	defer func() {
+		close(quit)
+		<-syncerDone
+	}()
+	cur := &unit{}
+	handOver := func() {
+		// Run what queued up while the syncer worked: the unit grows with
+		// the load, and so do the ops per sync.
+	drain:
+		for len(cur.ops) < maxGroup {
 			select {
 			case o := <-b.ops:
-				group = append(group, o)
+				cur = b.run(cur, o, ready, units)
 			default:
-				break gather
+				break drain
 			}
 		}
-		b.commitGroup(group)
+		units <- b.seal(cur)
+		cur = &unit{}
+	}
+	for {
+		switch {
+		case len(cur.ops) == 0:
+			select {
+			case o := <-b.ops:
+				cur = b.run(cur, o, ready, units)
+			case <-b.stopped:
+				return
+			}
+		case len(cur.ops) >= maxGroup:
+			<-ready
+			handOver()
+		default:
+			select {
+			case <-ready:
+				handOver()
+			case o := <-b.ops:
+				cur = b.run(cur, o, ready, units)
+			case <-b.stopped:
+				<-ready
+				units <- b.seal(cur)
+				return
+			}
+		}
 	}
 }
 
-// commitGroup applies the ops of one group in one transaction (or a few,
-// if the group outgrows a transaction) and tells each op how it ended.
-func (b *BadgerBackend) commitGroup(group []op) {
-	if b.walBroken != nil {
-		err := unavailable("commit", fmt.Errorf("the store's log failed earlier; reopen the store to recover: %w",
-			b.walBroken))
-		for _, o := range group {
-			o.done <- err
-		}
-		return
+// run runs one op in u and returns the unit that the next op joins: u, or
+// a new one if u outgrew a transaction and was handed over (which waits
+// for the syncer).
+func (b *BadgerBackend) run(u *unit, o op, ready <-chan struct{}, units chan<- *unit) *unit {
+	if err := b.brokenErr(); err != nil {
+		o.done <- err
+		return u
 	}
-	results := make([]error, len(group))
-	bufs := make([]*wtxn, len(group))
-	txn := b.db.NewTransaction(true)
-	// pending holds the ops whose writes are in txn, not yet committed;
-	// readers the ops that answered from a txn holding such writes. If the
-	// commit fails, both learn it: nobody is answered from state that was
-	// never stored.
-	var pending, readers []int
-	commit := func() {
-		if err := b.logGroup(pending, bufs); err != nil {
-			txn.Discard()
-			for _, i := range append(pending, readers...) {
-				results[i] = err
-			}
-			pending, readers = pending[:0], readers[:0]
-			txn = b.db.NewTransaction(true)
-			return
-		}
-		if err := txn.Commit(); err != nil {
-			if b.wal != nil {
-				// The group is durable in the log but not in Badger: later
-				// groups would read around it while a replay would apply it.
-				// Stop writing until a reopen replays the log.
-				b.walBroken = fmt.Errorf("commit after the log was synced: %w", err)
-			}
-			for _, i := range append(pending, readers...) {
-				results[i] = unavailable("commit", err)
-			}
-		} else {
-			for _, i := range pending {
-				if results[i] == nil {
-					for _, fn := range bufs[i].after {
-						fn()
-					}
-				}
-			}
-		}
-		pending, readers = pending[:0], readers[:0]
-		txn = b.db.NewTransaction(true)
+	if u.txn == nil {
+		b.retire()
+		u.txn = b.db.NewTransaction(true)
+		u.written = map[string]struct{}{}
 	}
-	for i, o := range group {
-		w := &wtxn{txn: txn}
-		err := o.fn(w)
-		if errors.Is(err, errNoWrite) {
-			err = nil
-		}
-		if err != nil || len(w.order) == 0 {
-			results[i] = err
-			if len(pending) > 0 {
-				readers = append(readers, i)
-			}
+	w := &wtxn{b: b, u: u}
+	err := o.fn(w)
+	if errors.Is(err, errNoWrite) {
+		err = nil
+	}
+	if err != nil || len(w.order) == 0 {
+		u.add(o, err, nil)
+		return u
+	}
+	err = apply(u.txn, w)
+	if err == nil {
+		u.add(o, nil, w)
+		return u
+	}
+	// The op's writes are partly in the transaction: rebuild it from the
+	// others. Nothing of this unit was committed, so what they read holds.
+	u.txn.Discard()
+	u.txn = b.db.NewTransaction(true)
+	for j, bw := range u.bufs {
+		if bw == nil {
 			continue
 		}
-		bufs[i] = w
-		if err := apply(txn, w); err != nil {
-			// The op's writes are partly in txn: drop txn and rebuild it
-			// from the others. Nothing was committed in between, so what
-			// every op read still holds.
-			txn.Discard()
-			txn = b.db.NewTransaction(true)
-			for _, j := range pending {
-				if err := apply(txn, bufs[j]); err != nil {
-					results[j] = unavailable("commit", err)
+		if rerr := apply(u.txn, bw); rerr != nil {
+			// What fit before must fit again; if not, give up the unit.
+			u.txn.Discard()
+			u.txn = b.db.NewTransaction(true)
+			for k := range u.bufs[j:] {
+				if u.bufs[j+k] != nil {
+					u.results[j+k], u.bufs[j+k] = unavailable("commit", rerr), nil
 				}
 			}
-			if !errors.Is(err, badger.ErrTxnTooBig) {
-				results[i] = unavailable("commit", err)
-				continue
+			for k := range u.bufs[:j] {
+				if u.bufs[k] != nil {
+					u.results[k], u.bufs[k] = unavailable("commit", rerr), nil
+				}
 			}
-			// Too big beside the others: commit them, then give this op a
-			// transaction of its own.
-			commit()
-			if err := apply(txn, w); err != nil {
-				txn.Discard()
-				txn = b.db.NewTransaction(true)
-				results[i] = unavailable("commit", err)
-				continue
-			}
+			break
 		}
-		pending = append(pending, i)
 	}
-	if len(pending) > 0 {
-		commit()
+	if !errors.Is(err, badger.ErrTxnTooBig) || len(u.ops) == 0 {
+		u.add(o, unavailable("commit", err), nil)
+		return u
 	}
-	txn.Discard()
-	for i, o := range group {
-		o.done <- results[i]
+	// Too big beside the others: hand them over, then give this op a
+	// transaction of its own.
+	<-ready
+	units <- b.seal(u)
+	n := &unit{}
+	b.retire()
+	n.txn = b.db.NewTransaction(true)
+	n.written = map[string]struct{}{}
+	if err := apply(n.txn, w); err != nil {
+		n.txn.Discard()
+		n.txn = b.db.NewTransaction(true)
+		n.add(o, unavailable("commit", err), nil)
+		return n
+	}
+	n.add(o, nil, w)
+	return n
+}
+
+func (u *unit) add(o op, err error, w *wtxn) {
+	u.ops = append(u.ops, o)
+	u.results = append(u.results, err)
+	u.bufs = append(u.bufs, w)
+	if w != nil {
+		w.each(func(key, _ []byte, _ bool, _ uint64) { u.written[string(key)] = struct{}{} })
 	}
 }
 
-// logGroup makes the writes of the pending ops durable in the log (wal.go)
-// before their transaction is committed: one frame, one sync. Any failure
-// stops all writing until a reopen, since the log may or may not hold the
-// frame and the generation on disk may not be the one in memory.
-func (b *BadgerBackend) logGroup(pending []int, bufs []*wtxn) error {
-	if b.wal == nil || len(pending) == 0 {
+// seal numbers u and puts its writes in the overlay, where the ops of the
+// next units read them until the syncer has committed u.
+func (b *BadgerBackend) seal(u *unit) *unit {
+	b.seq++
+	u.seq = b.seq
+	if b.overlay == nil {
+		b.overlay = map[string]overlayEntry{}
+	}
+	for _, w := range u.bufs {
+		if w == nil {
+			continue
+		}
+		w.each(func(key, val []byte, del bool, expiresAt uint64) {
+			b.overlay[string(key)] = overlayEntry{val: val, del: del, expiresAt: expiresAt, seq: u.seq}
+			b.sealed = append(b.sealed, sealedKey{string(key), u.seq})
+		})
+	}
+	return u
+}
+
+type sealedKey struct {
+	key string
+	seq uint64
+}
+
+// retire drops from the overlay the writes of units the syncer has
+// finished: a transaction begun after this reads them from Badger. It runs
+// before every new transaction, and only then, so that a transaction never
+// misses a write that is in neither its snapshot nor the overlay.
+func (b *BadgerBackend) retire() {
+	done := b.retired.Load()
+	i := 0
+	for ; i < len(b.sealed) && b.sealed[i].seq <= done; i++ {
+		k := b.sealed[i]
+		if e, ok := b.overlay[k.key]; ok && e.seq == k.seq {
+			delete(b.overlay, k.key)
+		}
+	}
+	if i > 0 {
+		b.sealed = append(b.sealed[:0], b.sealed[i:]...)
+	}
+}
+
+// syncer finishes the units the committer hands it, one at a time: it
+// asks for the next by sending on ready.
+func (b *BadgerBackend) syncer(ready chan<- struct{}, units <-chan *unit, quit <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case ready <- struct{}{}:
+			b.finish(<-units)
+		case <-quit:
+			return
+		}
+	}
+}
+
+// finish makes u durable and visible, then answers its ops: the log frame
+// and its sync (Durable), the Badger commit, the ops' onCommit hooks in
+// order. If any step fails, the store stops writing until it is reopened
+// (brokenErr): later units read u's writes from the overlay, so they cannot
+// go on as if u had not been.
+func (b *BadgerBackend) finish(u *unit) {
+	defer b.retired.Store(u.seq)
+	fail := func(err error) {
+		if u.txn != nil {
+			u.txn.Discard()
+		}
+		for i := range u.ops {
+			if u.results[i] == nil || u.bufs[i] != nil {
+				u.results[i] = err
+			}
+			u.ops[i].done <- u.results[i]
+		}
+	}
+	if err := b.brokenErr(); err != nil {
+		fail(err)
+		return
+	}
+	wrote := false
+	for _, w := range u.bufs {
+		wrote = wrote || w != nil
+	}
+	if wrote {
+		if err := b.logUnit(u); err != nil {
+			fail(b.breakWith(err))
+			return
+		}
+		if err := u.txn.Commit(); err != nil {
+			fail(b.breakWith(fmt.Errorf("commit: %w", err)))
+			return
+		}
+		for _, w := range u.bufs {
+			if w != nil {
+				for _, fn := range w.after {
+					fn()
+				}
+			}
+		}
+	} else if u.txn != nil {
+		u.txn.Discard()
+	}
+	for i, o := range u.ops {
+		o.done <- u.results[i]
+	}
+}
+
+// breakWith records the failure that stops writing, and returns the error
+// ops get from now on.
+func (b *BadgerBackend) breakWith(err error) error {
+	b.brokenMu.Lock()
+	defer b.brokenMu.Unlock()
+	if b.broken == nil {
+		b.broken = unavailable("commit", fmt.Errorf("a commit failed; reopen the store to recover: %w", err))
+	}
+	return b.broken
+}
+
+// brokenErr returns the error that stopped writing, if any.
+func (b *BadgerBackend) brokenErr() error {
+	b.brokenMu.Lock()
+	defer b.brokenMu.Unlock()
+	return b.broken
+}
+
+// logUnit makes the writes of u durable in the log (wal.go) before its
+// transaction is committed: one frame, one sync.
+func (b *BadgerBackend) logUnit(u *unit) error {
+	w := b.wal
+	if w == nil {
 		return nil
 	}
-	w := b.wal
 	w.begin()
-	for _, i := range pending {
-		w.add(bufs[i])
+	for _, t := range u.bufs {
+		if t != nil {
+			w.add(t)
+		}
 	}
 	if w.full() {
 		if err := b.checkpoint(); err != nil {
-			b.walBroken = fmt.Errorf("checkpoint: %w", err)
-			return unavailable("commit", b.walBroken)
+			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
 	if err := w.commit(); err != nil {
-		b.walBroken = fmt.Errorf("log write: %w", err)
-		return unavailable("commit", b.walBroken)
+		return fmt.Errorf("log write: %w", err)
 	}
 	return nil
 }
 
 // checkpoint makes everything Badger holds durable in its own files, then
-// starts a new generation of the log. It runs on the committer, or at open
+// starts a new generation of the log. It runs on the syncer, or at open
 // and Close when the committer is not running.
 func (b *BadgerBackend) checkpoint() error {
 	if err := syncBadgerFiles(b.db, b.dir); err != nil {
@@ -275,22 +474,18 @@ func (b *BadgerBackend) checkpoint() error {
 // apply writes an op's buffered writes into txn, in order, as fresh
 // entries (an entry given to a discarded transaction is not reused).
 func apply(txn *badger.Txn, w *wtxn) error {
-	wi, di := 0, 0
-	for _, isWrite := range w.order {
-		var err error
-		if isWrite {
-			e := w.writes[wi]
-			wi++
-			ne := badger.NewEntry(e.Key, e.Value)
-			ne.ExpiresAt = e.ExpiresAt
-			err = txn.SetEntry(ne)
-		} else {
-			err = txn.Delete(w.dels[di])
-			di++
-		}
+	var err error
+	w.each(func(key, val []byte, del bool, expiresAt uint64) {
 		if err != nil {
-			return err
+			return
 		}
-	}
-	return nil
+		if del {
+			err = txn.Delete(key)
+			return
+		}
+		ne := badger.NewEntry(key, val)
+		ne.ExpiresAt = expiresAt
+		err = txn.SetEntry(ne)
+	})
+	return err
 }

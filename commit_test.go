@@ -1,0 +1,136 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCommit_PipelineUnderContention drives the committer's pipeline hard:
+// many goroutines claim, complete, release, extend and count a few keys
+// while reclaim runs, so that nearly every op reads a key the unit being
+// synced wrote. Nothing may fail but the fencing and claim outcomes the
+// contract gives, each key holds at most one live claim at a time, and a
+// reopen sees what the last answers said.
+func TestCommit_PipelineUnderContention(t *testing.T) {
+	for _, d := range []Durability{Durable, Fast} {
+		t.Run(d.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			b, err := OpenBadger(dir, BadgerOptions{Durability: d})
+			require.NoError(t, err)
+			ctx := context.Background()
+			keys := []string{"k0", "k1", "k2", "k3"}
+			var mu sync.Mutex
+			holder := map[string]uint64{} // key -> token of the live claim
+			last := map[string]State{}    // key -> state after the last answered write
+			now := time.Now()
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := range 24 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(g), 7))
+					for range 120 {
+						k := keys[rng.IntN(len(keys))]
+						rec, claimed, err := b.Claim(ctx, "", k, ClaimArgs{Now: now, LeaseEnds: now.Add(time.Hour)})
+						if err != nil {
+							errs <- fmt.Errorf("claim %s: %w", k, err)
+							return
+						}
+						if !claimed {
+							if rec.State != StateInProgress && rec.State != StateDone {
+								errs <- fmt.Errorf("claim %s refused by a %v record", k, rec.State)
+								return
+							}
+							continue
+						}
+						mu.Lock()
+						if tok, ok := holder[k]; ok {
+							mu.Unlock()
+							errs <- fmt.Errorf("key %s claimed with token %d while %d holds it", k, rec.Token, tok)
+							return
+						}
+						holder[k] = rec.Token
+						mu.Unlock()
+						if rng.IntN(3) == 0 {
+							if err := b.Extend(ctx, "", k, rec.Token, now.Add(2*time.Hour)); err != nil {
+								errs <- fmt.Errorf("extend %s: %w", k, err)
+								return
+							}
+						}
+						mu.Lock()
+						delete(holder, k)
+						mu.Unlock()
+						if rng.IntN(2) == 0 {
+							err = b.Release(ctx, "", k, rec.Token, Releasing{At: now, ExpiresAt: now.Add(time.Hour), Reason: "test"})
+							if err == nil {
+								mu.Lock()
+								last[k] = StateReleased
+								mu.Unlock()
+							}
+						} else {
+							// Done records expire at once, so that the key
+							// can be claimed again and reclaimed.
+							err = b.Complete(ctx, "", k, rec.Token, Completion{Result: Result{Status: 200}, At: now, ExpiresAt: now})
+							if err == nil {
+								mu.Lock()
+								last[k] = StateDone
+								mu.Unlock()
+							}
+						}
+						if err != nil {
+							errs <- fmt.Errorf("end %s: %w", k, err)
+							return
+						}
+					}
+				}()
+			}
+			stop := make(chan struct{})
+			side := make(chan error, 1)
+			go func() {
+				for {
+					select {
+					case <-stop:
+						side <- nil
+						return
+					default:
+					}
+					if _, err := b.Reclaim(ctx, now, 16); err != nil {
+						side <- fmt.Errorf("reclaim: %w", err)
+						return
+					}
+					if err := b.AddTallies(ctx, []Tally{{Key: "k1", Replays: 1, LastReplay: now}}); err != nil {
+						side <- fmt.Errorf("tally: %w", err)
+						return
+					}
+				}
+			}()
+			wg.Wait()
+			close(stop)
+			require.NoError(t, <-side)
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			require.NoError(t, b.Close())
+
+			b, err = OpenBadger(dir, BadgerOptions{Durability: d})
+			require.NoError(t, err)
+			defer b.Close()
+			for k, st := range last {
+				rec, err := b.Get(ctx, "", k)
+				if st == StateDone && err != nil {
+					continue // expired at once, and maybe reclaimed
+				}
+				require.NoError(t, err, k)
+				require.NotEqual(t, StateInProgress, rec.State, "key %s: every claim ended", k)
+			}
+		})
+	}
+}
