@@ -103,10 +103,20 @@ type BadgerBackend struct {
 	// The committer's pipeline (commit.go): writes of the unit being
 	// synced, by key, and the order to retire them in; seq numbers units;
 	// retired is the last unit the syncer finished.
-	overlay map[string]overlayEntry
-	sealed  []sealedKey
-	seq     uint64
-	retired atomic.Uint64
+	// durable is the last unit synced to the log (Durable only). The
+	// committer writes the overlay under overlayMu; readers outside it
+	// take overlayMu to find writes that are durable but not yet in
+	// Badger.
+	overlay   map[string]overlayEntry
+	overlayMu sync.RWMutex
+	sealed    []sealedKey
+	seq       uint64
+	retired   atomic.Uint64
+	durable   atomic.Uint64
+	// settleMu and settleCond let scans wait for Badger to hold every
+	// answered write (settle).
+	settleMu   sync.Mutex
+	settleCond *sync.Cond
 
 	// ops feeds the committer (commit.go), the only writer; stopped is
 	// closed by Close, and committerDone when the committer returned.
@@ -195,6 +205,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	}
 	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{},
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
+	b.settleCond = sync.NewCond(&b.settleMu)
 	if o.ReadOnly {
 		close(b.committerDone)
 		return b, nil
@@ -600,6 +611,9 @@ func (b *BadgerBackend) peek(id []byte) (*Record, error) {
 	if rec := b.hot.get(id); rec != nil {
 		return rec, nil
 	}
+	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
+		return overlayRecord(e)
+	}
 	var rec *Record
 	err := b.db.View(func(txn *badger.Txn) error {
 		var err error
@@ -618,11 +632,17 @@ func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, er
 		return nil, err
 	}
 	var rec *Record
-	err := b.db.View(func(txn *badger.Txn) error {
-		var err error
-		rec, err = getRecord(txn, recordID(scope, key))
-		return err
-	})
+	var err error
+	id := recordID(scope, key)
+	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
+		rec, err = overlayRecord(e)
+	} else {
+		err = b.db.View(func(txn *badger.Txn) error {
+			var err error
+			rec, err = getRecord(txn, id)
+			return err
+		})
+	}
 	if err != nil {
 		return nil, unavailable("get", err)
 	}
@@ -649,6 +669,7 @@ func (b *BadgerBackend) Stale(ctx context.Context, now time.Time, limit int) ([]
 	b.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i].leaseEnds.Before(ids[j].leaseEnds) })
 	var out []*Record
+	b.settle()
 	err := b.db.View(func(txn *badger.Txn) error {
 		for _, d := range ids {
 			if len(out) >= limit {
@@ -755,6 +776,7 @@ func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, er
 		start = []byte{prefixExpiry}
 	}
 	var due []expiryEntry
+	b.settle()
 	err := b.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixExpiry}})
 		defer it.Close()
@@ -831,6 +853,7 @@ func (b *BadgerBackend) Maintain(ctx context.Context) error {
 
 // Scan implements Lister.
 func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
+	b.settle()
 	err := b.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()

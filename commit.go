@@ -38,9 +38,14 @@ import (
 //     store's log and synced before its transaction is committed, and no op
 //     is answered before that. A claim is thus durable before its effect
 //     runs and a result before its caller hears of it, exactly as with one
-//     synced commit per op. Nothing rides on a later sync, no reader outside
-//     the committer sees a write that is not yet durable, and an op that
+//     synced commit per op. Nothing rides on a later sync, and an op that
 //     wrote nothing is answered with its unit, after everything it read.
+//     The ops are answered as soon as the sync returns, and the Badger
+//     commit follows while their callers go on; until it lands, readers
+//     outside the committer (Get, the replay path) find the unit's writes
+//     in the overlay. They never see a write that is not yet durable, and
+//     always see one that was answered. Under Fast, there is no log: a
+//     unit is answered once Badger holds it.
 //   - Failure. If a unit's log write, sync or commit fails, its ops get the
 //     error (wrapping ErrUnavailable), their in-memory side effects (the
 //     open-claim set, the hot set) are not applied, and the store refuses
@@ -98,11 +103,7 @@ func (w *wtxn) record(id []byte) (*Record, error) {
 	key := withPrefix(prefixRecord, id)
 	if _, mine := w.u.written[string(key)]; !mine {
 		if e, ok := w.b.overlay[string(key)]; ok {
-			// As Badger would answer once it holds the write.
-			if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
-				return nil, nil
-			}
-			return UnmarshalRecord(e.val)
+			return overlayRecord(e)
 		}
 	}
 	return getRecord(w.u.txn, id)
@@ -317,6 +318,8 @@ func (u *unit) add(o op, err error, w *wtxn) {
 func (b *BadgerBackend) seal(u *unit) *unit {
 	b.seq++
 	u.seq = b.seq
+	b.overlayMu.Lock()
+	defer b.overlayMu.Unlock()
 	if b.overlay == nil {
 		b.overlay = map[string]overlayEntry{}
 	}
@@ -343,6 +346,11 @@ type sealedKey struct {
 // misses a write that is in neither its snapshot nor the overlay.
 func (b *BadgerBackend) retire() {
 	done := b.retired.Load()
+	if len(b.sealed) == 0 || b.sealed[0].seq > done {
+		return
+	}
+	b.overlayMu.Lock()
+	defer b.overlayMu.Unlock()
 	i := 0
 	for ; i < len(b.sealed) && b.sealed[i].seq <= done; i++ {
 		k := b.sealed[i]
@@ -375,8 +383,10 @@ func (b *BadgerBackend) syncer(ready chan<- struct{}, units <-chan *unit, quit <
 // (brokenErr): later units read u's writes from the overlay, so they cannot
 // go on as if u had not been.
 func (b *BadgerBackend) finish(u *unit) {
-	defer b.retired.Store(u.seq)
 	fail := func(err error) {
+		// Nothing of u is durable or answered: readers never look at its
+		// overlay entries, and the committer may retire them.
+		b.retired.Store(u.seq)
 		if u.txn != nil {
 			u.txn.Discard()
 		}
@@ -395,28 +405,107 @@ func (b *BadgerBackend) finish(u *unit) {
 	for _, w := range u.bufs {
 		wrote = wrote || w != nil
 	}
-	if wrote {
-		if err := b.logUnit(u); err != nil {
-			fail(b.breakWith(err))
-			return
+	if !wrote {
+		if u.txn != nil {
+			u.txn.Discard()
 		}
+		b.answer(u)
+		b.retired.Store(u.seq)
+		return
+	}
+	if b.wal == nil {
+		// Fast: a write counts once Badger holds it.
 		if err := u.txn.Commit(); err != nil {
 			fail(b.breakWith(fmt.Errorf("commit: %w", err)))
 			return
 		}
-		for _, w := range u.bufs {
-			if w != nil {
-				for _, fn := range w.after {
-					fn()
-				}
+		b.answer(u)
+		b.retired.Store(u.seq)
+		return
+	}
+	if err := b.logUnit(u); err != nil {
+		fail(b.breakWith(err))
+		return
+	}
+	// Durable once synced: answer now, and commit to Badger while the
+	// callers go on. Until the commit, readers find the unit's writes in
+	// the overlay (durableWrite). A failed commit leaves them there and
+	// stops writing; the log holds them for the reopen.
+	b.durable.Store(u.seq)
+	b.answer(u)
+	if err := u.txn.Commit(); err != nil {
+		// Not retired: readers keep finding the writes in the overlay.
+		b.breakWith(fmt.Errorf("commit: %w", err))
+		b.settled()
+		return
+	}
+	b.retired.Store(u.seq)
+	b.settled()
+}
+
+// settle waits until Badger holds every answered write, for readers that
+// scan Badger (Scan, Stale, the expiry index) rather than look up one key.
+// It waits for at most one commit; once writing stopped, it does not wait.
+func (b *BadgerBackend) settle() {
+	d := b.durable.Load()
+	if d <= b.retired.Load() {
+		return
+	}
+	b.settleMu.Lock()
+	for b.retired.Load() < d && b.brokenErr() == nil {
+		b.settleCond.Wait()
+	}
+	b.settleMu.Unlock()
+}
+
+// settled wakes the readers waiting in settle.
+func (b *BadgerBackend) settled() {
+	b.settleMu.Lock()
+	b.settleCond.Broadcast()
+	b.settleMu.Unlock()
+}
+
+// answer runs the onCommit hooks of u's ops, in order, then answers them.
+func (b *BadgerBackend) answer(u *unit) {
+	for _, w := range u.bufs {
+		if w != nil {
+			for _, fn := range w.after {
+				fn()
 			}
 		}
-	} else if u.txn != nil {
-		u.txn.Discard()
 	}
 	for i, o := range u.ops {
 		o.done <- u.results[i]
 	}
+}
+
+// durableWrite returns the latest write of key if it is durable in the log
+// but not yet committed to Badger: readers outside the committer must see
+// what an answered op wrote, and must not see what is not yet durable.
+func (b *BadgerBackend) durableWrite(key []byte) (overlayEntry, bool) {
+	if b.wal == nil {
+		return overlayEntry{}, false
+	}
+	d := b.durable.Load()
+	if d <= b.retired.Load() {
+		return overlayEntry{}, false // every durable unit is in Badger
+	}
+	b.overlayMu.RLock()
+	e, ok := b.overlay[string(key)]
+	b.overlayMu.RUnlock()
+	if !ok || e.seq > d {
+		return overlayEntry{}, false
+	}
+	return e, true
+}
+
+// overlayRecord decodes an overlay write of a record as Badger would
+// answer for it once committed.
+func overlayRecord(e overlayEntry) (*Record, error) {
+	if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
+		return nil, nil
+	}
+	return UnmarshalRecord(e.val)
 }
 
 // breakWith records the failure that stops writing, and returns the error
