@@ -208,6 +208,16 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b.settleCond = sync.NewCond(&b.settleMu)
 	if o.ReadOnly {
 		close(b.committerDone)
+		if !o.InMemory {
+			n, err := pendingWAL(dir)
+			if err == nil && n > 0 {
+				err = fmt.Errorf("%w: its log holds %d groups of writes not yet applied", ErrUnclean, n)
+			}
+			if err != nil {
+				_ = db.Close()
+				return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
+			}
+		}
 		return b, nil
 	}
 	if !o.InMemory {

@@ -32,6 +32,12 @@ var (
 	// wrapped by an *OutcomeUnknownError whose Attention field is true.
 	ErrNeedsAttention = errors.New("idem: claim needs attention")
 
+	// ErrUnclean is returned by a read-only open of a store that the last
+	// process holding it did not close (it crashed or was killed) and that
+	// holds writes only a read-write open applies. Open it for writing
+	// once (a server start, or idem sweep), then read it.
+	ErrUnclean = errors.New("idem: store not closed cleanly")
+
 	// ErrUnavailable is returned when the storage cannot be read or written;
 	// the effect did not run. Backends wrap their own errors with it.
 	ErrUnavailable = errors.New("idem: storage unavailable")

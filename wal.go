@@ -78,6 +78,7 @@ type wal struct {
 	off  int64  // where the next frame goes
 	size int64  // bytes of the file written at least once
 	buf  []byte // frame being built, reused
+	ro   bool   // opened to count frames only
 }
 
 // walEntry is one write of a frame.
@@ -98,10 +99,29 @@ func openWAL(dir string) (*wal, [][]walEntry, error) {
 		w, err := createWAL(dir, path)
 		return w, nil, err
 	}
+	return readWAL(dir, f, err, false)
+}
+
+// pendingWAL counts the frames a read-only open would leave unapplied,
+// without writing anything; a missing log has none.
+func pendingWAL(dir string) (int, error) {
+	f, err := os.Open(filepath.Join(dir, walName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	w, frames, err := readWAL(dir, f, err, true)
+	if err != nil {
+		return 0, err
+	}
+	w.close()
+	return len(frames), nil
+}
+
+func readWAL(dir string, f *os.File, err error, ro bool) (*wal, [][]walEntry, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	w := &wal{dir: dir, f: f}
+	w := &wal{dir: dir, f: f, ro: ro}
 	info, err := f.Stat()
 	if err != nil {
 		f.Close()
@@ -176,6 +196,9 @@ func (w *wal) read() ([][]walEntry, error) {
 		// Badger holds everything: a torn header has nothing to replay.
 		// Start a generation no frame on disk can carry.
 		w.gen = w.gen + 1<<32
+		if w.ro {
+			return nil, nil
+		}
 		return nil, w.writeHeader()
 	}
 	var frames [][]walEntry

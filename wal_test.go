@@ -222,3 +222,30 @@ func TestWAL_DecodeRejectsMalformedEntries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []walEntry{{del: true, key: []byte("k")}, {key: []byte("a"), val: []byte("v"), expiresAt: 7}}, es)
 }
+
+func TestWAL_ReadOnlyOpenRefusesUnappliedFrames(t *testing.T) {
+	dir := t.TempDir()
+	b := walOpen(t, dir, Durable)
+	walDo(t, b, "k1", []byte("one"))
+	log, err := os.ReadFile(filepath.Join(dir, walName))
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	ro, err := OpenBadger(dir, BadgerOptions{ReadOnly: true})
+	require.NoError(t, err, "a cleanly closed store opens read-only")
+	require.NoError(t, ro.Close())
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	_, err = OpenBadger(dir, BadgerOptions{ReadOnly: true})
+	require.ErrorIs(t, err, ErrUnclean)
+	require.ErrorIs(t, err, ErrUnavailable)
+	log2, err := os.ReadFile(filepath.Join(dir, walName))
+	require.NoError(t, err)
+	require.Equal(t, log, log2, "a read-only open writes nothing")
+
+	b = walOpen(t, dir, Durable)
+	require.NoError(t, b.Close())
+	ro, err = OpenBadger(dir, BadgerOptions{ReadOnly: true})
+	require.NoError(t, err, "a read-write open applied the frames")
+	require.Equal(t, "one", string(walGet(t, ro, "k1").Result.Body))
+	require.NoError(t, ro.Close())
+}

@@ -127,7 +127,8 @@ type uncleanStoreError struct{ dir string }
 
 func (e *uncleanStoreError) Error() string {
 	return fmt.Sprintf(`the store at %s was not closed cleanly: the process that held it crashed or was killed,
-and Badger must repair its log before the store can be read, which a read-only open cannot do.
+and its logs hold writes that must be applied before the store can be read, which a read-only
+open cannot do.
 Run "idem sweep -dir %s" once (it opens the store for writing, marks the dead process's open claims
 as orphaned and reports them), or start the server again; then run this again.`, e.dir, e.dir)
 }
@@ -156,7 +157,7 @@ func (a *adminFlags) openStore(write bool, obs idem.Observer) (*idem.Store, erro
 		return s, nil
 	case dirLocked(dir) || strings.Contains(err.Error(), "Another process is using this Badger database"):
 		return nil, &storeHeldError{dir}
-	case !write && strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error()):
+	case !write && (errors.Is(err, idem.ErrUnclean) || strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())):
 		return nil, &uncleanStoreError{dir}
 	}
 	return nil, err
