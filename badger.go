@@ -331,6 +331,9 @@ func (b *BadgerBackend) nextToken(w *wtxn) (uint64, error) {
 }
 
 // DB returns the underlying Badger database, for inspection and tools.
+// Under Durable, a write is answered once the store's log is synced, and
+// Badger holds it a moment later: a read through DB may miss the writes
+// answered last. Scan waits for them.
 func (b *BadgerBackend) DB() *badger.DB { return b.db }
 
 // orphanOpenClaims ends the lease of every claim left by an earlier
