@@ -34,6 +34,7 @@ func FuzzFingerprint(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		checkReference(t, body)
 		if _, err := idem.Fingerprint("POST", "/fuzz", "application/octet-stream", body); err != nil && len(body) <= idem.DefaultMaxBodyBytes {
 			t.Fatalf("opaque body rejected: %v", err)
 		}
@@ -88,6 +89,34 @@ func FuzzFingerprint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkReference checks that Fingerprint returns what the reference
+// implementation in fingerprint_ref_test.go returns for body, byte for byte,
+// errors and their messages included, under the default bounds and under
+// tight ones.
+func checkReference(t *testing.T, body []byte) {
+	t.Helper()
+	for _, f := range []struct {
+		idem idem.Fingerprinter
+		ref  refFingerprinter
+	}{
+		{},
+		{idem.Fingerprinter{MaxBytes: 64, MaxDepth: 3}, refFingerprinter{MaxBytes: 64, MaxDepth: 3}},
+	} {
+		for _, ct := range []string{jsonType, "application/octet-stream"} {
+			got, err := f.idem.Sum("POST", "/fuzz", ct, body)
+			want, werr := f.ref.Sum("POST", "/fuzz", ct, body)
+			if got != want || fmt.Sprint(err) != fmt.Sprint(werr) {
+				t.Fatalf("%+v %s %q:\ngot  %s, %v\nwant %s, %v", f.idem, ct, body, got, err, want, werr)
+			}
+			for _, target := range []error{idem.ErrInvalidJSON, idem.ErrDuplicateMember, idem.ErrBodyTooDeep, idem.ErrBodyTooLarge} {
+				if errors.Is(err, target) != errors.Is(werr, target) {
+					t.Fatalf("%+v %s %q: error %v, reference %v", f.idem, ct, body, err, werr)
+				}
+			}
+		}
+	}
 }
 
 func isFingerprintError(err error) bool {
