@@ -3,9 +3,10 @@ package fuzz
 // This file is idem's fingerprint implementation as of commit dc9bd2c, before
 // the fast path of issue 5, kept as the reference that FuzzFingerprint
 // compares against: the optimized code must return the same fingerprint, or
-// the same error, for every input. Only names changed (refFingerprint for
-// Fingerprint, idem's error sentinels). Do not "fix" or speed it up: it is
-// the specification by example of idemfp1-sha256.
+// the same error, for every input. Only names changed (refFingerprinter for
+// Fingerprinter, idem's error sentinels), and the Fingerprint wrapper is
+// gone. Do not "fix" or speed it up: it is the specification by example of
+// idemfp1-sha256.
 
 import (
 	"bytes"
@@ -35,12 +36,6 @@ const (
 	// refMaxDepth is the deepest JSON nesting fingerprinted by default.
 	refMaxDepth = 64
 )
-
-// refFingerprint digests what a request asks for, using the default bounds of
-// the zero refFingerprinter. See refFingerprinter.Sum for the semantics.
-func refFingerprint(method, route, contentType string, body []byte) (string, error) {
-	return refFingerprinter{}.Sum(method, route, contentType, body)
-}
 
 // refFingerprinter computes fingerprints with explicit bounds; the zero value
 // uses the defaults. A refFingerprinter is a plain value and safe for

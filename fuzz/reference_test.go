@@ -14,6 +14,9 @@ import (
 // boundaries, escapes anywhere, numbers in every spelling, repeated and
 // reordered member names, truncations and byte flips.
 func TestFingerprint_Reference(t *testing.T) {
+	for _, body := range referenceEdges() {
+		checkReference(t, []byte(body))
+	}
 	r := rand.New(rand.NewPCG(5, 5))
 	n := 20000
 	if testing.Short() {
@@ -34,6 +37,19 @@ func TestFingerprint_Reference(t *testing.T) {
 			b := append([]byte(nil), body...)
 			b[r.IntN(len(b))] = "\"\\{}[]:,0a\x00\x80 e.-"[r.IntN(16)]
 			checkReference(t, b)
+		case 2: // replace a structural byte with another
+			const structural = "{}[]:,\""
+			b := append([]byte(nil), body...)
+			var at []int
+			for k, c := range b {
+				if strings.IndexByte(structural, c) >= 0 {
+					at = append(at, k)
+				}
+			}
+			if len(at) > 0 {
+				b[at[r.IntN(len(at))]] = structural[r.IntN(len(structural))]
+				checkReference(t, b)
+			}
 		}
 	}
 }
@@ -167,8 +183,11 @@ func genNumber(r *rand.Rand, sb *strings.Builder) {
 	} else {
 		sb.WriteByte(byte('1' + r.IntN(9)))
 		digits(r.IntN(6))
-		if r.IntN(10) == 0 {
+		switch r.IntN(10) {
+		case 0:
 			digits(30)
+		case 1:
+			digits(8 + r.IntN(12))
 		}
 		if r.IntN(4) == 0 {
 			sb.WriteString("000")
@@ -177,6 +196,9 @@ func genNumber(r *rand.Rand, sb *strings.Builder) {
 	if r.IntN(3) == 0 {
 		sb.WriteByte('.')
 		digits(1 + r.IntN(4))
+		if r.IntN(4) == 0 {
+			digits(r.IntN(18))
+		}
 		if r.IntN(4) == 0 {
 			sb.WriteString("00")
 		}
@@ -188,4 +210,45 @@ func genNumber(r *rand.Rand, sb *strings.Builder) {
 			digits(18)
 		}
 	}
+}
+
+// referenceEdges returns bodies at the edges of the fast paths: strings and
+// digit runs on either side of 8, 16 and 32 bytes, followed by each kind of
+// byte, far from and close to the end of the body.
+func referenceEdges() []string {
+	var out []string
+	pad := `,"` + strings.Repeat("p", 40) + `"]`
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 30, 31, 32, 33} {
+		text := strings.Repeat("x", n)
+		digits := strings.Repeat("7", n)
+		for _, tail := range []string{"", pad} {
+			out = append(out,
+				`["`+text+`"`+tail,
+				`["`+text+`\n"`+tail,
+				`["`+text+`é"`+tail,
+				`["`+text+"\x01\""+tail,
+				`["`+text+tail,
+				`{"`+text+`":1,"`+text+`x":2}`+tail,
+				`{"`+text+`" :1,"`+text+`":2}`+tail,
+				`{"`+text+`"1}`+tail,
+				`[1`+digits+tail,
+				`[-1`+digits+tail,
+				`[1`+digits+`0`+tail,
+				`[1`+digits+`.5`+tail,
+				`[1.`+digits+`5`+tail,
+				`[1.`+digits+`50`+tail,
+				`[1`+digits+`.`+digits+`3`+tail,
+				`[1`+digits+`.`+digits+`3e1`+tail,
+				`[0.`+digits+`1`+tail,
+				`[-0`+tail, `[0`+tail, `[01`+tail, `[-01`+tail, `[0e1`+tail, `[-`+tail, `[1.`+tail,
+				`[tru`+tail, `[true`+tail, `[fals`+tail, `[nul`+tail, `[nulll`+tail,
+			)
+		}
+	}
+	for ip := 1; ip <= 17; ip++ {
+		for fp := 1; fp <= 17; fp++ {
+			out = append(out, `[`+strings.Repeat("3", ip)+`.`+strings.Repeat("4", fp)+pad)
+		}
+	}
+	return out
 }
