@@ -215,7 +215,7 @@ const (
 const maxExponent = 1e18 - 1
 
 // maxSmallObject is the most members an object can have for sortMembers to
-// use an insertion sort on the stack.
+// use an insertion sort.
 const maxSmallObject = 16
 
 // fpState is the reusable scratch space of one Sum call. States are pooled
@@ -484,6 +484,9 @@ func (st *fpState) appendJSON(b, body []byte, maxDepth int) ([]byte, error) {
 	}
 	if cap(st.members) < minMembers {
 		st.members = make([]member, 0, minMembers)
+	}
+	if cap(st.order) < maxSmallObject {
+		st.order = make([]int, 0, maxSmallObject)
 	}
 	st.top = noContainer
 
@@ -896,8 +899,8 @@ name:
 	goto value
 
 after:
-	// A value ended just before body[i]: close arrays until a separator
-	// continues one. Objects close in appendJSON, which sorts them.
+	// A value ended just before body[i]: close containers until a
+	// separator continues one.
 	i = skipSpace(body, i)
 	if i >= len(body) {
 		return n, i, atAfter
@@ -918,6 +921,33 @@ after:
 			return n, i, atAfter
 		}
 		out[n] = tagArrayEnd
+		n++
+		i++
+		st.stack = st.stack[:len(st.stack)-1]
+		st.top = noContainer
+		if len(st.stack) > 0 {
+			st.top = st.stack[len(st.stack)-1]
+		}
+		goto after
+	case '}':
+		if st.top < 0 || len(out)-n < 16 {
+			return n, i, atAfter
+		}
+		// Members whose prefixes rise are in order and distinct. Others
+		// are sorted by sortMembers, the one call here: it reorders out in
+		// place, and on a duplicate it leaves out alone for appendJSON to
+		// report.
+		ms := st.members[st.top:]
+		for k := 1; k < len(ms); k++ {
+			if ms[k-1].pfx >= ms[k].pfx {
+				if st.sortMembers(out[:n], ms) != nil {
+					return n, i, atAfter
+				}
+				break
+			}
+		}
+		st.members = st.members[:st.top]
+		out[n] = tagObjectEnd
 		n++
 		i++
 		st.stack = st.stack[:len(st.stack)-1]
@@ -986,10 +1016,8 @@ func (st *fpState) sortMembers(b []byte, ms []member) error {
 	}
 	// Sort member indices rather than members: ms stays in body order, so
 	// member k ends where member k+1 starts. Insertion sort allocates
-	// nothing, and an object already in order costs one comparison per
-	// member.
-	var orderArray [maxSmallObject]int
-	order := orderArray[:n]
+	// nothing and is quick on the few members of most objects.
+	order := st.order[:n] // within capacity
 	moved := false
 	for k := range n {
 		x := &ms[k]
@@ -1053,6 +1081,18 @@ func (st *fpState) permute(b []byte, ms []member, order []int) {
 	if hi < n {
 		end = ms[hi].key
 	}
+	if order[lo] == hi-1 && end-ms[hi-1].key <= 16 && consecutive(order[lo+1:hi], lo) {
+		// The last member moves to the front and the others stay in
+		// order: typically a short member after a long one holding
+		// nested values. Shifting the long run in place copies it once
+		// instead of twice.
+		var last [16]byte
+		mid := ms[hi-1].key
+		copy(last[:], b[mid:end])
+		copy(b[start+end-mid:end], b[start:mid])
+		copy(b[start:], last[:end-mid])
+		return
+	}
 	if cap(st.tmp) < end-start+16 {
 		st.tmp = make([]byte, 0, 2*(end-start)+16)
 	}
@@ -1068,6 +1108,16 @@ func (st *fpState) permute(b []byte, ms []member, order []int) {
 		w += to - ms[k].key
 	}
 	copy(b[start:end], tmp[:w])
+}
+
+// consecutive reports whether order is first, first+1, and so on.
+func consecutive(order []int, first int) bool {
+	for k, o := range order {
+		if o != first+k {
+			return false
+		}
+	}
+	return true
 }
 
 // copyWords copies the first n bytes of src to dst sixteen bytes at a time,
