@@ -666,10 +666,10 @@ value:
 		if i+17 > len(body) {
 			return n, i, atValue
 		}
-		text := body[i+1 : i+17]
+		text := (*[16]byte)(body[i+1 : i+17])
 		w0 := binary.LittleEndian.Uint64(text[:8])
 		w1 := binary.LittleEndian.Uint64(text[8:])
-		dst := out[n : n+33]
+		dst := (*[33]byte)(out[n : n+33])
 		binary.LittleEndian.PutUint64(dst[1:9], w0)
 		binary.LittleEndian.PutUint64(dst[9:17], w1)
 		k := 0
@@ -682,7 +682,7 @@ value:
 			if i+33 > len(body) {
 				return n, i, atValue
 			}
-			text = body[i+17 : i+33]
+			text = (*[16]byte)(body[i+17 : i+33])
 			w2 := binary.LittleEndian.Uint64(text[:8])
 			w3 := binary.LittleEndian.Uint64(text[8:])
 			binary.LittleEndian.PutUint64(dst[17:25], w2)
@@ -840,10 +840,10 @@ name:
 		return n, i, atName
 	}
 	{
-		text := body[i+1 : i+17]
+		text := (*[16]byte)(body[i+1 : i+17])
 		w0 := binary.LittleEndian.Uint64(text[:8])
 		w1 := binary.LittleEndian.Uint64(text[8:])
-		dst := out[n : n+33]
+		dst := (*[33]byte)(out[n : n+33])
 		binary.LittleEndian.PutUint64(dst[1:9], w0)
 		binary.LittleEndian.PutUint64(dst[9:17], w1)
 		k := 0
@@ -857,7 +857,7 @@ name:
 			if i+33 > len(body) {
 				return n, i, atName
 			}
-			text = body[i+17 : i+33]
+			text = (*[16]byte)(body[i+17 : i+33])
 			w2 := binary.LittleEndian.Uint64(text[:8])
 			w3 := binary.LittleEndian.Uint64(text[8:])
 			binary.LittleEndian.PutUint64(dst[17:25], w2)
@@ -878,11 +878,12 @@ name:
 		// The sort prefix (see member), from the words in hand: loading
 		// it back from out right after the store would stall on store
 		// forwarding.
-		st.members = st.members[:len(st.members)+1] // within capacity
-		st.members[len(st.members)-1] = member{
+		ms := st.members[:len(st.members)+1] // within capacity
+		ms[len(ms)-1] = member{
 			key: n, val: n + 1 + k, at: i,
 			pfx: uint64(tag)<<56 | bits.ReverseBytes64(w0&low)>>8,
 		}
+		st.members = st.members[:len(ms)]
 		n += 1 + k
 		i += 2 + k
 	}
@@ -1125,9 +1126,7 @@ func consecutive(order []int, first int) bool {
 // permute, that is cheaper than a call to memmove.
 func copyWords(dst, src []byte, n int) {
 	for k := 0; k < n; k += 16 {
-		s, d := src[k:k+16], dst[k:k+16]
-		binary.LittleEndian.PutUint64(d[:8], binary.LittleEndian.Uint64(s[:8]))
-		binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(s[8:]))
+		*(*[16]byte)(dst[k : k+16]) = *(*[16]byte)(src[k : k+16])
 	}
 }
 
