@@ -669,9 +669,9 @@ value:
 	}
 	switch c := body[i]; c {
 	case '"':
-		// Plain ASCII text whose closing quote is within the 16 bytes
-		// after the opening one: the quote is found in registers, and the
-		// text copied as two words whatever its length.
+		// Plain ASCII text of up to 31 bytes, the most a one-byte tag
+		// holds: the closing quote is found in registers, 16 bytes at a
+		// time, and the text copied in words whatever its length.
 		if i+17 > len(body) {
 			return n, i, atValue
 		}
@@ -687,7 +687,6 @@ value:
 		} else if m := specialBytes(w1); m != 0 {
 			k = 8 + bits.TrailingZeros64(m)>>3
 		} else {
-			// Up to 31 bytes of text, the most a one-byte tag holds.
 			if i+33 > len(body) {
 				return n, i, atValue
 			}
