@@ -30,6 +30,12 @@ func FuzzFingerprint(f *testing.F) {
 		`"\ud83d\ude00 \u00e9 \n \" \\"`, `12345678901234567890`, `1e400`, `10e-1`,
 		`{"a":1,"\u0061":2}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 		`{"a":`, "\xef\xbb\xbf{}", "\x00\xff", `"\ud800"`,
+		// Realistic bodies, to mutate into the shapes the fast paths take.
+		`{"tool":"payments.refund","arguments":{"payment_id":"pay_3NqKx8Lz2vR9","amount":{"value":"129.95",` +
+			`"currency":"EUR"},"reason":"duplicate_charge","items":[{"sku":"SKU-10023","qty":2,"price":49.99},` +
+			`{"sku":"SKU-20411","qty":1,"price":29.97}],"notify":true,"metadata":{"ticket":"CS-88412"}},"dry_run":false}`,
+		"{\n  \"order_id\": \"ord_8f14e45fceea167a\",\n  \"items\": [ {\"qty\": 2, \"unit_price\": \"12.50\"} ],\n" +
+			"  \"note\": \"customer \\u00e9mail confirmed\", \"step\": -7.25, \"idempotent\": null\n}\n",
 	} {
 		f.Add([]byte(seed))
 	}
