@@ -559,7 +559,19 @@ func (st *fpState) appendJSON(b, body []byte, maxDepth int) ([]byte, error) {
 				}
 				st.stack = append(st.stack, st.top)
 			case 't', 'f', 'n':
-				return out[:n], fmt.Errorf("%w: bad literal at offset %d", ErrInvalidJSON, i)
+				word, tag := "null", byte(tagNull)
+				if c == 't' {
+					word, tag = "true", tagTrue
+				} else if c == 'f' {
+					word, tag = "false", tagFalse
+				}
+				if len(body)-i < len(word) || string(body[i:i+len(word)]) != word {
+					return out[:n], fmt.Errorf("%w: bad literal at offset %d", ErrInvalidJSON, i)
+				}
+				out[n] = tag
+				n++
+				i += len(word)
+				at = atAfter
 			default:
 				var s []byte
 				if s, i, err = appendNumber(out[:n], body, i); err != nil {
@@ -763,8 +775,8 @@ value:
 		i += 5
 	default:
 		// A number: the common shapes only, an integer or a decimal
-		// fraction of at most 16 digits in each part, without an exponent,
-		// and whose last digit is not a zero. Those need no arithmetic:
+		// fraction of at most 16 digits in each part and 31 in all,
+		// without an exponent, and whose last digit is not a zero. Those need no arithmetic:
 		// the digits are copied, the fraction's over the excess of the
 		// integer part's words, and the exponent is minus the fraction's
 		// length. Zero is also taken.
