@@ -215,19 +215,21 @@ const (
 const maxExponent = 1e18 - 1
 
 // maxSmallObject is the most members an object can have for sortMembers to
-// use an insertion sort on the stack.
+// use an insertion sort.
 const maxSmallObject = 16
 
 // fpState is the reusable scratch space of one Sum call. States are pooled
 // so a warm Sum allocates only its result string.
 type fpState struct {
-	buf     []byte            // canonical encoding being built
-	tmp     []byte            // copy of an object's members while they are reordered
-	members []member          // members of every open object, innermost last
-	order   []int             // sorted member order of the object being closed
-	stack   []int             // per open container: -1 for an array, else the index in members of the object's first member
-	h       hash.Hash         // for bodies hashed byte for byte, not copied to buf
-	sum     [sha256.Size]byte // h's output; a local would escape through the interface
+	buf      []byte            // canonical encoding being built
+	tmp      []byte            // copy of an object's members while they are reordered
+	members  []member          // members of every open object, innermost last
+	order    []int             // sorted member order of the object being closed
+	stack    []int             // per open container: -1 for an array, else the index in members of the object's first member
+	top      int               // the last entry of stack, or noContainer
+	maxDepth int               // the bound on len(stack)
+	h        hash.Hash         // for bodies hashed byte for byte, not copied to buf
+	sum      [sha256.Size]byte // h's output; a local would escape through the interface
 }
 
 // member locates one object member in the canonical buffer: its encoded
@@ -429,186 +431,585 @@ func isJSONType(mt string) bool {
 // stack instead of recursion so that depth costs heap, not goroutine stack.
 // Objects are canonicalized when they close: their members already sit in
 // the buffer, and are reordered in place by their encoded names.
+//
+// Speed matters: a typical 300-byte body should cost well under three times
+// a SHA-256 of the same bytes (issue 5), so the common tokens take a path
+// that reads and writes whole words. fuzz/fingerprint_ref_test.go keeps the
+// plainer implementation this one replaced, and FuzzFingerprint and
+// TestFingerprint_Reference check that the two agree byte for byte, errors
+// included.
+
+// fastRoom is the free space scan needs at the end of its buffer before
+// each token, so that it writes by index without growth checks of its own:
+// its largest write is a tag and 32 bytes of string text, or a tag, 32
+// bytes of digits and an exponent byte.
+const fastRoom = 64
+
+// noContainer is the innermost container of a top-level value: see stack.
+const noContainer = -2
+
+// Initial capacities of fpState.stack and fpState.members, which scan
+// fills without growing them.
+const (
+	minStack   = 64
+	minMembers = 32
+)
+
+// Little-endian words of the JSON literals, for one comparison each.
+const (
+	wordTrue = 't' | 'r'<<8 | 'u'<<16 | 'e'<<24
+	wordNull = 'n' | 'u'<<8 | 'l'<<16 | 'l'<<24
+	wordAlse = 'a' | 'l'<<8 | 's'<<16 | 'e'<<24 // false after the f
+)
+
+// A scanState says where in the grammar a JSON parse stands: at the start
+// of a value, at the start of a member name, after a member name (at its
+// colon), or after a value.
+type scanState uint8
+
+const (
+	atValue scanState = iota
+	atName
+	atColon
+	atAfter
+)
 
 // appendJSON appends the canonical value of the JSON text body to b.
-func (st *fpState) appendJSON(b, body []byte, maxDepth int) (_ []byte, err error) {
+//
+// The work is split between scan, which takes the common tokens (strings
+// that need no decoding, small numbers, literals, brackets and separators)
+// as fast as it can, and the loop below, which takes one step in full
+// generality wherever scan stops and then hands back. Both produce the
+// same bytes and the same errors for any token; scan is only faster. It
+// makes one call, to sort an object that closes out of order: calls that
+// return into a loop make the compiler save the loop's registers around
+// them, which on the common tokens costs more than the token.
+func (st *fpState) appendJSON(b, body []byte, maxDepth int) ([]byte, error) {
 	// The nesting stack and open members stay in st: only containers and
-	// member names touch them, and as locals they would crowd the registers
-	// the string path needs.
-	st.stack, st.members = st.stack[:0], st.members[:0]
-	name := false // whether body[i] must start a member name
+	// member names touch them. st.top caches the last entry of the stack.
+	st.stack, st.members, st.maxDepth = st.stack[:0], st.members[:0], maxDepth
+	if cap(st.stack) < minStack {
+		st.stack = make([]int, 0, minStack)
+	}
+	if cap(st.members) < minMembers {
+		st.members = make([]member, 0, minMembers)
+	}
+	if cap(st.order) < maxSmallObject {
+		st.order = make([]int, 0, maxSmallObject)
+	}
+	st.top = noContainer
+
+	// The output is written by index into out, which is always resliced to
+	// its capacity; it ends at out[n]. The canonical form of a typical body
+	// is shorter than the body, so one size usually serves the whole call.
+	n := len(b)
+	out := slices.Grow(b, len(body)+fastRoom)
+	out = out[:cap(out)]
 
 	i := skipSpace(body, 0)
+	at := atValue
 	for {
-		// A value, or a member name if name is set, starts at body[i].
-		if i >= len(body) {
-			return b, errEnd(i)
-		}
-		c := body[i]
-		if c == '"' {
-			// Strings are most of a typical body, and member names are
-			// strings, so there is one copy of the fast path, inline: plain
-			// ASCII without escapes, short enough for a one-byte tag.
-			open, key := i, len(b)
-			j := i + 1
-			var word uint64 // the first eight bytes of text, if loaded
-			loaded := j+8 <= len(body)
-			if loaded {
-				word = binary.LittleEndian.Uint64(body[j:])
-				if m := specialBytes(word); m != 0 {
-					j += bits.TrailingZeros64(m) / 8
-				} else {
-					j = plainPrefix(body, j+8)
-				}
-			} else {
-				j = plainPrefix(body, j)
-			}
-			fast := j < len(body) && body[j] == '"' && j-i-1 <= maxShort
-			if fast {
-				b = append(b, tagShortString|byte(j-i-1))
-				b = appendShort(b, body, i+1, j)
-				i = j + 1
-			} else if b, i, err = appendStringSlow(b, body, i, j); err != nil {
-				return b, err
-			}
-			if name {
-				// The name's sort prefix: from the word already loaded when
-				// there is one, since loading it back from b right after
-				// the bytes were stored there stalls on store forwarding.
-				var pfx uint64
-				if n := len(b) - key; fast && loaded {
-					pfx = uint64(b[key])<<56 | bits.ReverseBytes64(word)>>8
-					if n < 8 {
-						pfx &= ^uint64(0) << (64 - 8*n)
-					}
-				} else {
-					pfx = namePrefix(b[key:])
-				}
-				st.members = addMember(st.members, key, len(b), open, pfx)
-				i = skipSpace(body, i)
-				if i >= len(body) {
-					return b, errEnd(i)
-				}
-				if body[i] != ':' {
-					return b, fmt.Errorf("%w: expected ':' at offset %d", ErrInvalidJSON, i)
-				}
-				i = skipSpace(body, i+1)
-				name = false
+		n, i, at = st.scan(out, n, body, i, at)
+		var err error
+		switch at {
+		case atValue:
+			if len(out)-n < fastRoom {
+				out = growOut(out, n)
 				continue
 			}
-		} else if name {
-			return b, fmt.Errorf("%w: expected a member name at offset %d", ErrInvalidJSON, i)
-		} else {
-			switch c {
+			if i >= len(body) {
+				return out[:n], errEnd(i)
+			}
+			switch c := body[i]; c {
+			case '"':
+				var s []byte
+				if s, i, err = appendString(out[:n], body, i); err != nil {
+					return s, err
+				}
+				out, n = s[:cap(s)], len(s)
+				at = atAfter
 			case '[', '{':
 				if len(st.stack) >= maxDepth {
-					return b, fmt.Errorf("%w: more than %d levels at offset %d", ErrBodyTooDeep, maxDepth, i)
+					return out[:n], fmt.Errorf("%w: more than %d levels at offset %d", ErrBodyTooDeep, maxDepth, i)
 				}
 				i = skipSpace(body, i+1)
 				if c == '[' {
-					b = append(b, tagArray)
+					out[n] = tagArray
+					n++
 					if i < len(body) && body[i] == ']' {
-						b = append(b, tagArrayEnd)
+						out[n] = tagArrayEnd
+						n++
 						i++
-						break
+						at = atAfter
+						continue
 					}
-					st.stack = append(st.stack, -1)
-					continue
+					st.top = -1
+				} else {
+					out[n] = tagObject
+					n++
+					if i < len(body) && body[i] == '}' {
+						out[n] = tagObjectEnd
+						n++
+						i++
+						at = atAfter
+						continue
+					}
+					st.top = len(st.members)
+					at = atName
 				}
-				b = append(b, tagObject)
-				if i < len(body) && body[i] == '}' {
-					b = append(b, tagObjectEnd)
-					i++
-					break
+				st.stack = append(st.stack, st.top)
+			case 't', 'f', 'n':
+				word, tag := "null", byte(tagNull)
+				if c == 't' {
+					word, tag = "true", tagTrue
+				} else if c == 'f' {
+					word, tag = "false", tagFalse
 				}
-				st.stack = append(st.stack, len(st.members))
-				name = true
-				continue
-			case 't':
-				if i, err = literal(body, i, "true"); err != nil {
-					return b, err
+				if len(body)-i < len(word) || string(body[i:i+len(word)]) != word {
+					return out[:n], fmt.Errorf("%w: bad literal at offset %d", ErrInvalidJSON, i)
 				}
-				b = append(b, tagTrue)
-			case 'f':
-				if i, err = literal(body, i, "false"); err != nil {
-					return b, err
-				}
-				b = append(b, tagFalse)
-			case 'n':
-				if i, err = literal(body, i, "null"); err != nil {
-					return b, err
-				}
-				b = append(b, tagNull)
+				out[n] = tag
+				n++
+				i += len(word)
+				at = atAfter
 			default:
-				if '1' <= c && c <= '9' {
-					// Fast path for the common small integers: no sign,
-					// fraction, exponent or trailing zero, so the digits
-					// are already canonical and the exponent is 0.
-					j := skipDigits(body, i+1)
-					if (j == len(body) || body[j] != '.' && body[j]|0x20 != 'e') && j-i <= maxShort && body[j-1] != '0' {
-						b = append(b, tagShortPositive|byte(j-i))
-						b = appendShort(b, body, i, j)
-						b = append(b, 0)
-						i = j
-						break
-					}
+				var s []byte
+				if s, i, err = appendNumber(out[:n], body, i); err != nil {
+					return s, err
 				}
-				if b, i, err = appendNumber(b, body, i); err != nil {
-					return b, err
-				}
+				out, n = s[:cap(s)], len(s)
+				at = atAfter
 			}
-		}
 
-		// A value ended at body[i]: close containers until one continues.
-	closing:
-		for {
-			i = skipSpace(body, i)
-			if len(st.stack) == 0 {
-				if i != len(body) {
-					return b, fmt.Errorf("%w: data after the value at offset %d", ErrInvalidJSON, i)
-				}
-				return b, nil
+		case atName:
+			if len(out)-n < fastRoom {
+				out = growOut(out, n)
+				continue
 			}
 			if i >= len(body) {
-				return b, errEnd(i)
+				return out[:n], errEnd(i)
 			}
-			top := st.stack[len(st.stack)-1]
+			if body[i] != '"' {
+				return out[:n], fmt.Errorf("%w: expected a member name at offset %d", ErrInvalidJSON, i)
+			}
+			open, key := i, n
+			var s []byte
+			if s, i, err = appendString(out[:n], body, i); err != nil {
+				return s, err
+			}
+			out, n = s[:cap(s)], len(s)
+			st.members = addMember(st.members, key, n, open, namePrefix(out[key:n]))
+			if i, err = colon(body, i); err != nil {
+				return out[:n], err
+			}
+			at = atValue
+
+		case atColon:
+			// scan took a member name and found no colon after it.
+			_, err = colon(body, i)
+			return out[:n], err
+
+		case atAfter:
+			i = skipSpace(body, i)
+			if st.top == noContainer {
+				if i != len(body) {
+					return out[:n], fmt.Errorf("%w: data after the value at offset %d", ErrInvalidJSON, i)
+				}
+				return out[:n], nil
+			}
+			if i >= len(body) {
+				return out[:n], errEnd(i)
+			}
+			if len(out)-n < 16 {
+				out = growOut(out, n) // permute reads past n; a tag follows
+			}
 			switch c := body[i]; {
 			case c == ',':
 				i = skipSpace(body, i+1)
-				name = top >= 0
-				break closing
-			case c == ']' && top < 0:
-				b = append(b, tagArrayEnd)
-			case c == '}' && top >= 0:
-				if b, err = st.sortMembers(b, st.members[top:]); err != nil {
-					return b, err
+				at = atValue
+				if st.top >= 0 {
+					at = atName
 				}
-				st.members = st.members[:top]
-				b = append(b, tagObjectEnd)
+				continue
+			case c == ']' && st.top < 0:
+				out[n] = tagArrayEnd
+				n++
+			case c == '}' && st.top >= 0:
+				if err := st.sortMembers(out[:n], st.members[st.top:]); err != nil {
+					return out[:n], err
+				}
+				st.members = st.members[:st.top]
+				out[n] = tagObjectEnd
+				n++
 			default:
-				return b, errUnexpected(body, i)
+				return out[:n], errUnexpected(body, i)
 			}
 			st.stack = st.stack[:len(st.stack)-1]
+			st.top = noContainer
+			if len(st.stack) > 0 {
+				st.top = st.stack[len(st.stack)-1]
+			}
 			i++
 		}
 	}
 }
 
-// appendShort appends src[from:to] to b. Short spans, most strings and
-// members, are copied as two eight-byte words when both sides have room,
-// which is much cheaper than a call to memmove. Bytes written past the end
-// of the span are beyond len(b) and do not count.
-func appendShort(b, src []byte, from, to int) []byte {
-	n := to - from
-	if n <= 16 && from+16 <= len(src) && len(b)+16 <= cap(b) {
-		s := src[from : from+16]
-		d := b[len(b) : len(b)+16]
-		binary.LittleEndian.PutUint64(d, binary.LittleEndian.Uint64(s))
-		binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(s[8:]))
-		return b[:len(b)+n]
+// scan continues the parse of appendJSON from body[i], in state at, writing
+// to out from n on, for as long as the tokens are common ones, and returns
+// where it stopped: the new n and i, and the state there. It stops before
+// any token it does not take, leaving it whole to appendJSON, except that
+// it stops after a member name whose colon does not follow (atColon). It
+// writes nothing past n+fastRoom before checking for room again.
+//
+// The code for strings is written out twice, for names and for values, so
+// that no flag tells them apart: scan has few registers to spare.
+func (st *fpState) scan(out []byte, n int, body []byte, i int, at scanState) (int, int, scanState) {
+	body = body[:len(body):len(body)] // so that one register holds both
+	out = out[:len(out):len(out)]
+	switch at {
+	case atName:
+		goto name
+	case atAfter:
+		goto after
+	case atColon:
+		return n, i, at
 	}
-	return append(b, src[from:to]...)
+
+value:
+	if i >= len(body) || len(out)-n < fastRoom {
+		return n, i, atValue
+	}
+	switch c := body[i]; c {
+	case '"':
+		// Plain ASCII text of up to 31 bytes, the most a one-byte tag
+		// holds: the closing quote is found in registers, 16 bytes at a
+		// time, and the text copied in words whatever its length.
+		if i+17 > len(body) {
+			return n, i, atValue
+		}
+		text := (*[16]byte)(body[i+1 : i+17])
+		w0 := binary.LittleEndian.Uint64(text[:8])
+		w1 := binary.LittleEndian.Uint64(text[8:])
+		dst := (*[33]byte)(out[n : n+33])
+		binary.LittleEndian.PutUint64(dst[1:9], w0)
+		binary.LittleEndian.PutUint64(dst[9:17], w1)
+		k := 0
+		if m := specialBytes(w0); m != 0 {
+			k = bits.TrailingZeros64(m) >> 3
+		} else if m := specialBytes(w1); m != 0 {
+			k = 8 + bits.TrailingZeros64(m)>>3
+		} else {
+			if i+33 > len(body) {
+				return n, i, atValue
+			}
+			text = (*[16]byte)(body[i+17 : i+33])
+			w2 := binary.LittleEndian.Uint64(text[:8])
+			w3 := binary.LittleEndian.Uint64(text[8:])
+			binary.LittleEndian.PutUint64(dst[17:25], w2)
+			binary.LittleEndian.PutUint64(dst[25:33], w3)
+			if m := specialBytes(w2); m != 0 {
+				k = 16 + bits.TrailingZeros64(m)>>3
+			} else if m := specialBytes(w3); m != 0 {
+				k = 24 + bits.TrailingZeros64(m)>>3
+			} else {
+				return n, i, atValue
+			}
+		}
+		if text[k&15] != '"' {
+			return n, i, atValue
+		}
+		dst[0] = tagShortString | byte(k)
+		n += 1 + k
+		i += 2 + k
+	case '[', '{':
+		if len(st.stack) >= st.maxDepth || len(st.stack) == cap(st.stack) {
+			return n, i, atValue
+		}
+		i = skipSpace(body, i+1)
+		if c == '[' {
+			out[n] = tagArray
+			n++
+			if i < len(body) && body[i] == ']' {
+				out[n] = tagArrayEnd
+				n++
+				i++
+				goto after
+			}
+			st.top = -1
+			st.stack = st.stack[:len(st.stack)+1] // within capacity
+			st.stack[len(st.stack)-1] = -1
+			goto value
+		}
+		out[n] = tagObject
+		n++
+		if i < len(body) && body[i] == '}' {
+			out[n] = tagObjectEnd
+			n++
+			i++
+			goto after
+		}
+		st.top = len(st.members)
+		st.stack = st.stack[:len(st.stack)+1] // within capacity
+		st.stack[len(st.stack)-1] = st.top
+		goto name
+	case 't':
+		if i+4 > len(body) || binary.LittleEndian.Uint32(body[i:i+4]) != wordTrue {
+			return n, i, atValue
+		}
+		out[n] = tagTrue
+		n++
+		i += 4
+	case 'n':
+		if i+4 > len(body) || binary.LittleEndian.Uint32(body[i:i+4]) != wordNull {
+			return n, i, atValue
+		}
+		out[n] = tagNull
+		n++
+		i += 4
+	case 'f':
+		if i+5 > len(body) || binary.LittleEndian.Uint32(body[i+1:i+5]) != wordAlse {
+			return n, i, atValue
+		}
+		out[n] = tagFalse
+		n++
+		i += 5
+	default:
+		// A number: the common shapes only, an integer or a decimal
+		// fraction of at most 16 digits in each part and 31 in all,
+		// without an exponent, and whose last digit is not a zero. Those need no arithmetic:
+		// the digits are copied, the fraction's over the excess of the
+		// integer part's words, and the exponent is minus the fraction's
+		// length. Zero is also taken.
+		tag := byte(tagShortPositive)
+		j := i
+		if c == '-' {
+			tag = tagShortNegative
+			j++
+		}
+		e := j // the end of the digits so far
+		for e < len(body) && '0' <= body[e] && body[e] <= '9' {
+			e++
+		}
+		d := e - j // digits of the integer part
+		if d == 0 || d > 16 || body[j] == '0' && d > 1 {
+			return n, i, atValue
+		}
+		next := byte(0)
+		if e < len(body) {
+			next = body[e]
+		}
+		if body[j] == '0' {
+			if next == '.' || next|0x20 == 'e' {
+				return n, i, atValue
+			}
+			out[n] = tagZero
+			n++
+			i = e
+			goto after
+		}
+		dst := out[n : n+34]
+		if j+16 <= len(body) {
+			src := body[j : j+16]
+			binary.LittleEndian.PutUint64(dst[1:9], binary.LittleEndian.Uint64(src[:8]))
+			binary.LittleEndian.PutUint64(dst[9:17], binary.LittleEndian.Uint64(src[8:]))
+		} else {
+			for k := range d {
+				dst[1+k&31] = body[j+k]
+			}
+		}
+		exp := byte(0) // the zigzag varint of the exponent: one byte
+		if next == '.' {
+			f := e + 1 // the start of the fraction
+			e = f
+			for e < len(body) && '0' <= body[e] && body[e] <= '9' {
+				e++
+			}
+			if e == f || e-f > 16 {
+				return n, i, atValue
+			}
+			out := dst[1+d : 34]
+			if f+16 <= len(body) {
+				src := body[f : f+16]
+				binary.LittleEndian.PutUint64(out[0:8], binary.LittleEndian.Uint64(src[:8]))
+				binary.LittleEndian.PutUint64(out[8:16], binary.LittleEndian.Uint64(src[8:]))
+			} else {
+				for k := range e - f {
+					out[k&15] = body[f+k]
+				}
+			}
+			exp = byte(2*(e-f) - 1) // -(e-f)
+			d += e - f
+			next = 0
+			if e < len(body) {
+				next = body[e]
+			}
+		}
+		if next|0x20 == 'e' || body[e-1] == '0' || d > maxShort {
+			return n, i, atValue
+		}
+		dst[0] = tag | byte(d)
+		dst[1+d] = exp
+		n += 2 + d
+		i = e
+	}
+	goto after
+
+name:
+	// As for a value string above, and the name's member recorded.
+	if i+17 > len(body) || len(out)-n < fastRoom || body[i] != '"' || len(st.members) == cap(st.members) {
+		return n, i, atName
+	}
+	{
+		text := (*[16]byte)(body[i+1 : i+17])
+		w0 := binary.LittleEndian.Uint64(text[:8])
+		w1 := binary.LittleEndian.Uint64(text[8:])
+		dst := (*[33]byte)(out[n : n+33])
+		binary.LittleEndian.PutUint64(dst[1:9], w0)
+		binary.LittleEndian.PutUint64(dst[9:17], w1)
+		k := 0
+		low := ^uint64(0) // the byte mask of the text in w0
+		if m := specialBytes(w0); m != 0 {
+			k = bits.TrailingZeros64(m) >> 3
+			low = (m&-m)>>7 - 1
+		} else if m := specialBytes(w1); m != 0 {
+			k = 8 + bits.TrailingZeros64(m)>>3
+		} else {
+			if i+33 > len(body) {
+				return n, i, atName
+			}
+			text = (*[16]byte)(body[i+17 : i+33])
+			w2 := binary.LittleEndian.Uint64(text[:8])
+			w3 := binary.LittleEndian.Uint64(text[8:])
+			binary.LittleEndian.PutUint64(dst[17:25], w2)
+			binary.LittleEndian.PutUint64(dst[25:33], w3)
+			if m := specialBytes(w2); m != 0 {
+				k = 16 + bits.TrailingZeros64(m)>>3
+			} else if m := specialBytes(w3); m != 0 {
+				k = 24 + bits.TrailingZeros64(m)>>3
+			} else {
+				return n, i, atName
+			}
+		}
+		if text[k&15] != '"' {
+			return n, i, atName
+		}
+		tag := tagShortString | byte(k)
+		dst[0] = tag
+		// The sort prefix (see member), from the words in hand: loading
+		// it back from out right after the store would stall on store
+		// forwarding.
+		ms := st.members[:len(st.members)+1] // within capacity
+		ms[len(ms)-1] = member{
+			key: n, val: n + 1 + k, at: i,
+			pfx: uint64(tag)<<56 | bits.ReverseBytes64(w0&low)>>8,
+		}
+		st.members = st.members[:len(ms)]
+		n += 1 + k
+		i += 2 + k
+	}
+	if i < len(body) && body[i] == ':' {
+		i++
+	} else {
+		i = skipSpace(body, i)
+		if i >= len(body) || body[i] != ':' {
+			return n, i, atColon
+		}
+		i++
+	}
+	i = skipSpace(body, i)
+	goto value
+
+after:
+	// A value ended just before body[i]: close containers until a
+	// separator continues one.
+	i = skipSpace(body, i)
+	if i >= len(body) {
+		return n, i, atAfter
+	}
+	switch body[i] {
+	case ',':
+		if st.top < 0 {
+			if st.top == noContainer {
+				return n, i, atAfter
+			}
+			i = skipSpace(body, i+1)
+			goto value
+		}
+		i = skipSpace(body, i+1)
+		goto name
+	case ']':
+		if st.top != -1 || n == len(out) {
+			return n, i, atAfter
+		}
+		out[n] = tagArrayEnd
+		n++
+		i++
+		st.stack = st.stack[:len(st.stack)-1]
+		st.top = noContainer
+		if len(st.stack) > 0 {
+			st.top = st.stack[len(st.stack)-1]
+		}
+		goto after
+	case '}':
+		if st.top < 0 || len(out)-n < 16 {
+			return n, i, atAfter
+		}
+		// Members whose prefixes rise are in order and distinct. Others
+		// are sorted by sortMembers, the one call here: it reorders out in
+		// place, and on a duplicate it leaves out alone for appendJSON to
+		// report.
+		ms := st.members[st.top:]
+		for k := 1; k < len(ms); k++ {
+			if ms[k-1].pfx >= ms[k].pfx {
+				if st.sortMembers(out[:n], ms) != nil {
+					return n, i, atAfter
+				}
+				break
+			}
+		}
+		st.members = st.members[:st.top]
+		out[n] = tagObjectEnd
+		n++
+		i++
+		st.stack = st.stack[:len(st.stack)-1]
+		st.top = noContainer
+		if len(st.stack) > 0 {
+			st.top = st.stack[len(st.stack)-1]
+		}
+		goto after
+	}
+	return n, i, atAfter
+}
+
+// colon skips the colon after a member name, and the space around it, from
+// body[i] on.
+func colon(body []byte, i int) (int, error) {
+	i = skipSpace(body, i)
+	if i >= len(body) {
+		return i, errEnd(i)
+	}
+	if body[i] != ':' {
+		return i, fmt.Errorf("%w: expected ':' at offset %d", ErrInvalidJSON, i)
+	}
+	return skipSpace(body, i+1), nil
+}
+
+// appendString appends the string whose opening quote is body[i] and
+// returns the offset after its closing quote.
+func appendString(b, body []byte, i int) ([]byte, int, error) {
+	j := plainPrefix(body, i+1)
+	if j < len(body) && body[j] == '"' && j-i-1 <= maxShort {
+		b = append(b, tagShortString|byte(j-i-1))
+		return append(b, body[i+1:j]...), j + 1, nil
+	}
+	return appendStringSlow(b, body, i, j)
+}
+
+// growOut returns out, holding the same first n bytes, with at least
+// fastRoom bytes free after them.
+func growOut(out []byte, n int) []byte {
+	out = slices.Grow(out[:n], max(n, fastRoom))
+	return out[:cap(out)]
 }
 
 // addMember appends a member to ms. It fills the new element in place: a
@@ -626,20 +1027,18 @@ func addMember(ms []member, key, val, at int, pfx uint64) []member {
 // sortMembers puts the members of the object that just closed, all of it at
 // the end of b, in the order of their encoded names, and rejects duplicate
 // names. Encoded names are equal exactly when the decoded names are.
-func (st *fpState) sortMembers(b []byte, ms []member) ([]byte, error) {
+func (st *fpState) sortMembers(b []byte, ms []member) error {
 	n := len(ms)
 	if n < 2 {
-		return b, nil
+		return nil
 	}
 	if n > maxSmallObject {
 		return st.sortLarge(b, ms)
 	}
 	// Sort member indices rather than members: ms stays in body order, so
 	// member k ends where member k+1 starts. Insertion sort allocates
-	// nothing, and an object already in order costs one comparison per
-	// member.
-	var orderArray [maxSmallObject]int
-	order := orderArray[:n]
+	// nothing and is quick on the few members of most objects.
+	order := st.order[:n] // within capacity
 	moved := false
 	for k := range n {
 		x := &ms[k]
@@ -651,21 +1050,21 @@ func (st *fpState) sortMembers(b []byte, ms []member) ([]byte, error) {
 				break
 			}
 			if c == 0 {
-				return b, errDuplicate(b, y, x)
+				return errDuplicate(b, y, x)
 			}
 			order[j] = order[j-1]
 		}
 		order[j] = k
 		moved = moved || j != k
 	}
-	if !moved {
-		return b, nil
+	if moved {
+		st.permute(b, ms, order)
 	}
-	return st.permute(b, ms, order), nil
+	return nil
 }
 
 // sortLarge is sortMembers for objects too large for an insertion sort.
-func (st *fpState) sortLarge(b []byte, ms []member) ([]byte, error) {
+func (st *fpState) sortLarge(b []byte, ms []member) error {
 	order := st.order[:0]
 	for k := range ms {
 		order = append(order, k)
@@ -676,20 +1075,21 @@ func (st *fpState) sortLarge(b []byte, ms []member) ([]byte, error) {
 	for k := 1; k < len(order); k++ {
 		x, y := &ms[order[k-1]], &ms[order[k]]
 		if compareNames(b, x, y) == 0 {
-			return b, errDuplicate(b, x, y)
+			return errDuplicate(b, x, y)
 		}
 		moved = moved || order[k-1] > order[k]
 	}
-	if !moved {
-		return b, nil
+	if moved {
+		st.permute(b, ms, order)
 	}
-	return st.permute(b, ms, order), nil
+	return nil
 }
 
 // permute rewrites the members ms, which end b, in the given order.
 // Members already in place at either end stay put; the rest are gathered
-// in order and put back in one copy.
-func (st *fpState) permute(b []byte, ms []member, order []int) []byte {
+// in order into st.tmp and put back in one copy. b must have 16 bytes of
+// capacity after its end, which the gathering may read.
+func (st *fpState) permute(b []byte, ms []member, order []int) {
 	n := len(ms)
 	lo, hi := 0, n
 	for order[lo] == lo {
@@ -702,20 +1102,64 @@ func (st *fpState) permute(b []byte, ms []member, order []int) []byte {
 	if hi < n {
 		end = ms[hi].key
 	}
-	tmp := slices.Grow(st.tmp[:0], end-start+16)
-	src := b[:cap(b)] // appendShort may read past len(b), never past cap(b)
+	if order[lo] == hi-1 && end-ms[hi-1].key <= 16 && consecutive(order[lo+1:hi], lo) {
+		// The last member moves to the front and the others stay in
+		// order: typically a short member after a long one holding
+		// nested values. Shifting the long run in place copies it once
+		// instead of twice.
+		mid := ms[hi-1].key
+		if mid-start <= 16 {
+			// Both runs fit a 16-byte move: swap them in registers. The
+			// second move runs past end; the 16 bytes there are put back.
+			src := b[:cap(b)]
+			first := *(*[16]byte)(src[start : start+16])
+			last := *(*[16]byte)(src[mid : mid+16])
+			after := *(*[16]byte)(src[end : end+16])
+			*(*[16]byte)(src[start : start+16]) = last
+			*(*[16]byte)(src[start+end-mid : start+end-mid+16]) = first
+			*(*[16]byte)(src[end : end+16]) = after
+			return
+		}
+		var last [16]byte
+		copy(last[:], b[mid:end])
+		copy(b[start+end-mid:end], b[start:mid])
+		copy(b[start:], last[:end-mid])
+		return
+	}
+	if cap(st.tmp) < end-start+16 {
+		st.tmp = make([]byte, 0, 2*(end-start)+16)
+	}
+	tmp := st.tmp[:cap(st.tmp)]
+	src := b[:cap(b)]
+	w := 0
 	for _, k := range order[lo:hi] {
 		to := len(b)
 		if k+1 < n {
 			to = ms[k+1].key
 		}
-		tmp = appendShort(tmp, src, ms[k].key, to)
+		copyWords(tmp[w:], src[ms[k].key:], to-ms[k].key)
+		w += to - ms[k].key
 	}
-	copy(b[start:end], tmp)
-	if cap(tmp) > cap(st.tmp) {
-		st.tmp = tmp
+	copy(b[start:end], tmp[:w])
+}
+
+// consecutive reports whether order is first, first+1, and so on.
+func consecutive(order []int, first int) bool {
+	for k, o := range order {
+		if o != first+k {
+			return false
+		}
 	}
-	return b
+	return true
+}
+
+// copyWords copies the first n bytes of src to dst sixteen bytes at a time,
+// so it may read and write up to 15 bytes more: for the short spans of
+// permute, that is cheaper than a call to memmove.
+func copyWords(dst, src []byte, n int) {
+	for k := 0; k < n; k += 16 {
+		*(*[16]byte)(dst[k : k+16]) = *(*[16]byte)(src[k : k+16])
+	}
 }
 
 func errDuplicate(b []byte, x, y *member) error {
@@ -751,15 +1195,8 @@ func skipSpace(body []byte, i int) int {
 	return i
 }
 
-func literal(body []byte, i int, word string) (int, error) {
-	if len(body)-i < len(word) || string(body[i:i+len(word)]) != word {
-		return i, fmt.Errorf("%w: bad literal at offset %d", ErrInvalidJSON, i)
-	}
-	return i + len(word), nil
-}
-
 // appendStringSlow appends the string whose opening quote is body[open],
-// for strings that the fast path in appendJSON does not handle; the bytes
+// for strings that the fast paths do not handle; the bytes
 // before body[i] are plain ASCII. It returns the offset after the closing
 // quote.
 func appendStringSlow(b, body []byte, open, i int) ([]byte, int, error) {
@@ -798,18 +1235,17 @@ func appendStringSlow(b, body []byte, open, i int) ([]byte, int, error) {
 
 // specialBytes returns a mask with the high bit set in the bytes of the
 // little-endian word x that are below 0x20, a quote, a backslash or
-// non-ASCII. Subtraction borrows can set bits only above a byte that is
-// truly special, so the lowest set bit is exact and a zero mask means no
-// byte is special. (The non-ASCII test, x itself, also covers bytes that
-// x - 0x20 flags without a borrow, so no &^x is needed there.)
+// non-ASCII. Subtraction borrows start only in a byte that is special and
+// can set bits only above it, so the lowest set bit is exact, and a zero
+// mask means no byte is special. (A byte of x^'"' or x^'\\' can have its
+// high bit set without being zero only when x is non-ASCII, which the
+// final |x flags anyway.)
 func specialBytes(x uint64) uint64 {
 	const (
 		ones = 0x0101010101010101
 		high = 0x8080808080808080
 	)
-	q := x ^ ('"' * ones)
-	s := x ^ ('\\' * ones)
-	return ((x - ' '*ones) | (q-ones)&^q | (s-ones)&^s | x) & high
+	return ((x - ' '*ones) | (x ^ '"'*ones - ones) | (x ^ '\\'*ones - ones) | x) & high
 }
 
 // plainPrefix returns the offset of the first byte at or after i that is

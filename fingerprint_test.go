@@ -867,6 +867,31 @@ func TestFingerprint_Property(t *testing.T) {
 	}
 }
 
+// TestFingerprint_Allocs checks that a warm Fingerprint allocates its result
+// and nothing else, whatever the body: scratch space comes from a pool.
+func TestFingerprint_Allocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	for _, tt := range []struct{ contentType, body string }{
+		{jsonType, refundBody},
+		{jsonType, benchBodies[1].body},
+		{jsonType, manyMembers(true)},
+		{jsonType, `{"b":[1e5,-0.25,"x\ty",null],"a":{"` + strings.Repeat("k", 40) + `":true}}`},
+		{"application/problem+json", `[]`},
+		{"text/plain; charset=utf-8", "hello, world"},
+		{jsonType, ""},
+	} {
+		body := []byte(tt.body)
+		allocs := testing.AllocsPerRun(100, func() {
+			if _, err := idem.Fingerprint("POST", "/v1/refunds", tt.contentType, body); err != nil {
+				t.Fatal(err)
+			}
+		})
+		require.Equal(t, 1.0, allocs, "%s %q", tt.contentType, tt.body)
+	}
+}
+
 // TestFingerprint_LoneSurrogates checks every lone surrogate code unit
 // against U+FFFD and against each other in a sample.
 func TestFingerprint_LoneSurrogates(t *testing.T) {

@@ -30,10 +30,17 @@ func FuzzFingerprint(f *testing.F) {
 		`"\ud83d\ude00 \u00e9 \n \" \\"`, `12345678901234567890`, `1e400`, `10e-1`,
 		`{"a":1,"\u0061":2}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 		`{"a":`, "\xef\xbb\xbf{}", "\x00\xff", `"\ud800"`,
+		// Realistic bodies, to mutate into the shapes the fast paths take.
+		`{"tool":"payments.refund","arguments":{"payment_id":"pay_3NqKx8Lz2vR9","amount":{"value":"129.95",` +
+			`"currency":"EUR"},"reason":"duplicate_charge","items":[{"sku":"SKU-10023","qty":2,"price":49.99},` +
+			`{"sku":"SKU-20411","qty":1,"price":29.97}],"notify":true,"metadata":{"ticket":"CS-88412"}},"dry_run":false}`,
+		"{\n  \"order_id\": \"ord_8f14e45fceea167a\",\n  \"items\": [ {\"qty\": 2, \"unit_price\": \"12.50\"} ],\n" +
+			"  \"note\": \"customer \\u00e9mail confirmed\", \"step\": -7.25, \"idempotent\": null\n}\n",
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		checkReference(t, body)
 		if _, err := idem.Fingerprint("POST", "/fuzz", "application/octet-stream", body); err != nil && len(body) <= idem.DefaultMaxBodyBytes {
 			t.Fatalf("opaque body rejected: %v", err)
 		}
@@ -88,6 +95,34 @@ func FuzzFingerprint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkReference checks that Fingerprint returns what the reference
+// implementation in fingerprint_ref_test.go returns for body, byte for byte,
+// errors and their messages included, under the default bounds and under
+// tight ones.
+func checkReference(t *testing.T, body []byte) {
+	t.Helper()
+	for _, f := range []struct {
+		idem idem.Fingerprinter
+		ref  refFingerprinter
+	}{
+		{},
+		{idem.Fingerprinter{MaxBytes: 64, MaxDepth: 3}, refFingerprinter{MaxBytes: 64, MaxDepth: 3}},
+	} {
+		for _, ct := range []string{jsonType, "application/octet-stream"} {
+			got, err := f.idem.Sum("POST", "/fuzz", ct, body)
+			want, werr := f.ref.Sum("POST", "/fuzz", ct, body)
+			if got != want || fmt.Sprint(err) != fmt.Sprint(werr) {
+				t.Fatalf("%+v %s %q:\ngot  %s, %v\nwant %s, %v", f.idem, ct, body, got, err, want, werr)
+			}
+			for _, target := range []error{idem.ErrInvalidJSON, idem.ErrDuplicateMember, idem.ErrBodyTooDeep, idem.ErrBodyTooLarge} {
+				if errors.Is(err, target) != errors.Is(werr, target) {
+					t.Fatalf("%+v %s %q: error %v, reference %v", f.idem, ct, body, err, werr)
+				}
+			}
+		}
+	}
 }
 
 func isFingerprintError(err error) bool {
