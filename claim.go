@@ -69,7 +69,16 @@ func (c *Claim) LeaseEnds() time.Time {
 //
 // A claim whose lease ended is first resolved through the Resolver; Begin
 // then answers as the resolution dictates.
+//
+// A replayed *Result may be shared with every other replay of the key: read
+// it, never modify it or what its Header and Body hold (copy them first).
+// Handing out the saved result as it is keeps a replay free of copies.
 func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
+	if s.hot != nil {
+		if res := s.replayHot(ctx, req); res != nil {
+			return nil, res, nil
+		}
+	}
 	if err := validate(req.Scope, req.Key); err != nil {
 		return nil, nil, err
 	}
@@ -137,6 +146,39 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: now}
 		}
 	}
+}
+
+// replayHot answers req from the backend's hot set, or returns nil when
+// Begin must take its full path: the key is not kept, its fingerprint
+// differs (a mismatch to count and report), its record has expired, or
+// the store or ctx is done. A replay here takes no lock shared by every
+// replay, allocates nothing and makes no backend call (so it needs no
+// enter/leave: it never touches storage).
+//
+// It skips the key's validation: records are kept only under valid keys
+// (UnmarshalRecord and Claim check them), so a hit proves the request's key
+// valid, and a miss goes to the full path, which validates. The lengths are
+// checked first only so that the id fits its buffer.
+func (s *Store) replayHot(ctx context.Context, req Request) *Result {
+	if len(req.Scope) > MaxScopeLen || len(req.Key) > MaxKeyLen || s.refusing.Load() {
+		return nil
+	}
+	var buf [1 + MaxScopeLen + MaxKeyLen]byte
+	e := s.hot.get(appendRecordID(buf[:0], req.Scope, req.Key))
+	if e == nil || e.rec.Fingerprint != req.Fingerprint || ctx.Err() != nil {
+		return nil
+	}
+	now := s.now()
+	if e.rec.Expired(now) {
+		return nil
+	}
+	if s.o.Observer != nil {
+		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.rec.Token, Time: now})
+	}
+	if s.tallier != nil && s.hot.count(e, now) {
+		s.flushSoon()
+	}
+	return e.rec.Result
 }
 
 func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {
@@ -242,7 +284,8 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // re-raised.
 //
 // A replayed result whose first run returned an error saved by the policy
-// comes back with a *SavedError. If fn ran but its result could not be
+// comes back with a *SavedError. A replayed result's Header and Body may be
+// shared with every other replay of the key: read them, never modify them. If fn ran but its result could not be
 // saved, Do returns fn's result and an error wrapping ErrUnavailable; the
 // claim is then left for recovery.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {

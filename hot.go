@@ -1,31 +1,78 @@
 package idem
 
-import "sync"
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // The Badger backend's hot set: decoded done records, so that a replay of
 // a recent key is a map lookup rather than a read through the LSM tree and
-// a msgpack decode.
+// a msgpack decode. The Store answers replays from it directly (Begin's
+// replayHot), without a backend call.
 //
 // Why a cached record can be trusted: a done record does not change until
-// it expires, except for its counts (Replays and the like), which a replay
-// does not need. Whatever deletes or replaces a record (Reclaim, a claim of
-// an expired record, AddTallies) drops it from the set after its commit,
-// and a reader re-checks expiry with the store's clock on every use.
+// it expires (its counts live beside it, see AddTallies). Whatever deletes
+// or replaces a record (Reclaim, a claim of an expired record) drops it
+// from the set after its commit, and a reader re-checks expiry with the
+// store's clock on every use.
+//
+// The set is split into shards by a hash of the record id, each with its
+// own lock, so that replays of different keys on different cores do not
+// queue on one lock.
 
 // hotBytes bounds the set's approximate size; past it, the records put
-// longest ago are evicted first. Records with bodies over hotMaxBody are
-// never kept: a large body is rare enough to be read from the store.
+// longest ago in the shard receiving a record are evicted first. Records
+// with bodies over hotMaxBody are never kept: a large body is rare enough
+// to be read from the store.
 const (
 	hotBytes   = 16 << 20
 	hotMaxBody = 16 << 10
+	hotShards  = 32
 )
 
-type hotSet struct {
+// hotEntry is one kept record and the replays counted on it that the
+// Store has not yet handed to the backend.
+type hotEntry struct {
+	// rec is done and never changed once put: replays hand out rec.Result
+	// itself.
+	rec  *Record
+	size int // what size counted for it
+
+	// replays counts replays answered from this entry since the last
+	// flush; lastReplay is the latest one's store time in Unix
+	// nanoseconds. An entry is queued on its set's pending list exactly
+	// when replays goes from zero to one, so that a flush visits only the
+	// entries it must, and a count is never lost: an entry dropped from the
+	// set stays on the list until flushed.
+	replays    atomic.Int64
+	lastReplay atomic.Int64
+}
+
+type hotShard struct {
 	mu    sync.RWMutex // guards the fields below
-	m     map[string]*Record
+	m     map[string]*hotEntry
 	order []string // ids in the order they were put, oldest at head
 	head  int      // index in order of the oldest id still queued
 	bytes int
+	// Padding keeps two shards' locks out of one cache line.
+	_ [64]byte
+}
+
+type hotSet struct {
+	seed   maphash.Seed
+	bytes  atomic.Int64 // the sum of the shards' bytes
+	shards [hotShards]hotShard
+
+	pendMu  sync.Mutex  // guards pending
+	pending []*hotEntry // entries whose replays are not yet flushed
+}
+
+func newHotSet() *hotSet { return &hotSet{seed: maphash.MakeSeed()} }
+
+func (h *hotSet) shard(id []byte) *hotShard {
+	return &h.shards[maphash.Bytes(h.seed, id)%hotShards]
 }
 
 // size approximates what a kept record costs in memory.
@@ -43,10 +90,13 @@ func size(id string, rec *Record) int {
 	return n
 }
 
-func (h *hotSet) get(id []byte) *Record {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.m[string(id)]
+// get returns the entry kept for id, or nil. It allocates nothing.
+func (h *hotSet) get(id []byte) *hotEntry {
+	sh := h.shard(id)
+	sh.mu.RLock()
+	e := sh.m[string(id)]
+	sh.mu.RUnlock()
+	return e
 }
 
 // put keeps rec, which must be done and must not be changed afterwards.
@@ -55,38 +105,50 @@ func (h *hotSet) put(id []byte, rec *Record) {
 		return
 	}
 	k := string(id)
-	n := size(k, rec)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[string]*Record)
+	e := &hotEntry{rec: rec, size: size(k, rec)}
+	sh := h.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		sh.m = make(map[string]*hotEntry)
 	}
-	if old, ok := h.m[k]; ok {
-		h.bytes -= size(k, old)
+	delta := e.size
+	if old, ok := sh.m[k]; ok {
+		delta -= old.size
 	} else {
-		h.order = append(h.order, k)
+		sh.order = append(sh.order, k)
 	}
-	h.m[k] = rec
-	h.bytes += n
-	// Evict oldest first. An id dropped earlier may still be queued: it
-	// is skipped. Each id is queued once per insertion, so the work is
-	// constant per put on average.
-	for h.bytes > hotBytes && h.head < len(h.order) {
-		old := h.order[h.head]
-		h.order[h.head] = ""
-		h.head++
-		if r, ok := h.m[old]; ok && old != k {
-			h.bytes -= size(old, r)
-			delete(h.m, old)
+	sh.m[k] = e
+	sh.bytes += delta
+	h.bytes.Add(int64(delta))
+	// Evict this shard's oldest while the set is over its bound. With ids
+	// spread evenly over the shards this is close to evicting the set's
+	// oldest; the bound is exceeded by at most a record per shard. Every
+	// id kept is queued at least once from head on. An id
+	// dropped earlier may still be queued: it is skipped. Each id is queued
+	// once per insertion, so the work is constant per put on average.
+	for h.bytes.Load() > hotBytes && len(sh.m) > 1 && sh.head < len(sh.order) {
+		old := sh.order[sh.head]
+		sh.order[sh.head] = ""
+		sh.head++
+		if old == k {
+			// Put again: it is the newest now.
+			sh.order = append(sh.order, k)
+			continue
+		}
+		if r, ok := sh.m[old]; ok {
+			sh.bytes -= r.size
+			h.bytes.Add(-int64(r.size))
+			delete(sh.m, old)
 		}
 	}
-	if queued := len(h.order) - h.head; queued > 2*len(h.m)+1024 {
+	if queued := len(sh.order) - sh.head; queued > 2*len(sh.m)+64 {
 		// Ids dropped and put again are queued more than once: keep the
 		// latest place of each id still kept.
-		seen := make(map[string]bool, len(h.m))
-		kept := make([]string, 0, len(h.m))
-		for i := len(h.order) - 1; i >= h.head; i-- {
-			if id := h.order[i]; h.m[id] != nil && !seen[id] {
+		seen := make(map[string]bool, len(sh.m))
+		kept := make([]string, 0, len(sh.m))
+		for i := len(sh.order) - 1; i >= sh.head; i-- {
+			if id := sh.order[i]; sh.m[id] != nil && !seen[id] {
 				seen[id] = true
 				kept = append(kept, id)
 			}
@@ -94,18 +156,79 @@ func (h *hotSet) put(id []byte, rec *Record) {
 		for i, j := 0, len(kept)-1; i < j; i, j = i+1, j-1 {
 			kept[i], kept[j] = kept[j], kept[i]
 		}
-		h.order, h.head = kept, 0
-	} else if h.head > len(h.order)/2 && h.head > 1024 {
-		h.order = append(h.order[:0:0], h.order[h.head:]...)
-		h.head = 0
+		sh.order, sh.head = kept, 0
+	} else if sh.head > len(sh.order)/2 && sh.head > 64 {
+		sh.order = append(sh.order[:0:0], sh.order[sh.head:]...)
+		sh.head = 0
 	}
 }
 
 func (h *hotSet) drop(id []byte) {
-	h.mu.Lock()
-	if old, ok := h.m[string(id)]; ok {
-		h.bytes -= size(string(id), old)
-		delete(h.m, string(id))
+	sh := h.shard(id)
+	sh.mu.Lock()
+	if old, ok := sh.m[string(id)]; ok {
+		sh.bytes -= old.size
+		h.bytes.Add(-int64(old.size))
+		delete(sh.m, string(id))
 	}
-	h.mu.Unlock()
+	sh.mu.Unlock()
+}
+
+// len returns the number of records kept.
+func (h *hotSet) len() int {
+	n := 0
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// count notes a replay answered from e at now. It reports whether the
+// pending list has grown to maxTallies entries, so that the caller can ask
+// for an early flush. Most calls are two atomic operations on the entry;
+// the first count after a flush also queues the entry.
+func (h *hotSet) count(e *hotEntry, now time.Time) (full bool) {
+	if e.replays.Add(1) == 1 {
+		h.pendMu.Lock()
+		h.pending = append(h.pending, e)
+		full = len(h.pending) >= maxTallies
+		h.pendMu.Unlock()
+	}
+	at := now.UnixNano()
+	for {
+		last := e.lastReplay.Load()
+		if at <= last || e.lastReplay.CompareAndSwap(last, at) {
+			return full
+		}
+	}
+}
+
+// takeCounts moves the replays counted since the last call into out.
+func (h *hotSet) takeCounts(out map[tallyKey]*Tally) {
+	h.pendMu.Lock()
+	pending := h.pending
+	h.pending = nil
+	h.pendMu.Unlock()
+	for _, e := range pending {
+		// Replays counted after the swap queue e again (the count goes
+		// from zero to one) and reach the next flush.
+		n := e.replays.Swap(0)
+		if n == 0 {
+			continue
+		}
+		last := time.Unix(0, e.lastReplay.Load())
+		k := tallyKey{e.rec.Scope, e.rec.Key}
+		t := out[k]
+		if t == nil {
+			t = &Tally{Scope: k.scope, Key: k.key}
+			out[k] = t
+		}
+		t.Replays += n
+		if last.After(t.LastReplay) {
+			t.LastReplay = last
+		}
+	}
 }

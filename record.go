@@ -190,6 +190,19 @@ func (r *Record) Apply(t Tally) {
 	}
 }
 
+// add adds u's counts to t, keeping the latest times.
+func (t *Tally) add(u Tally) {
+	t.Replays += u.Replays
+	t.Conflicts += u.Conflicts
+	t.Mismatches += u.Mismatches
+	if u.LastReplay.After(t.LastReplay) {
+		t.LastReplay = u.LastReplay
+	}
+	if u.LastRejection.After(t.LastRejection) {
+		t.LastRejection = u.LastRejection
+	}
+}
+
 // Stale reports whether an in-progress record's lease has ended at now.
 func (r *Record) Stale(now time.Time) bool {
 	return r.State == StateInProgress && !now.Before(r.LeaseEnds)

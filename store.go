@@ -165,6 +165,14 @@ type Store struct {
 	sweeps    sync.Mutex    // one Sweep at a time
 	counts    tallies       // replays and rejections not yet flushed
 	tallier   Tallier       // the backend, if it keeps counts
+	hot       *hotSet       // the backend's done records in memory, if it keeps them
+}
+
+// hotBackend is implemented by backends that keep done records in memory
+// (the Badger backend's hot set), so that Begin answers their replays
+// without a backend call.
+type hotBackend interface {
+	hotRecords() *hotSet
 }
 
 // Open opens (or creates) a store in a directory on the embedded Badger
@@ -203,6 +211,9 @@ func New(b Backend, opts *Options) *Store {
 		flushNow: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(Tallier)
+	if hb, ok := b.(hotBackend); ok {
+		s.hot = hb.hotRecords()
+	}
 	go s.tallyLoop()
 	if s.o.SweepInterval > 0 {
 		go s.background()

@@ -13,6 +13,11 @@ import (
 // memory and hands them to a Tallier backend in batches: every
 // tallyInterval, at every Sweep, and at Close. A crash loses at most the
 // counts gathered since the last batch, never a result.
+//
+// Replays answered from the Badger backend's hot set, the bulk of them, are
+// counted with atomics in the hot entry itself (hotSet.count): no lock and
+// no map lookup on the replay. Everything else (rejections, replays read
+// from storage) is rarer, and is counted in a map under a mutex.
 
 const (
 	tallyInterval = time.Second
@@ -56,17 +61,32 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 	return full
 }
 
-func (t *tallies) take() []Tally {
+// take returns the counts gathered since the last call, and forgets them.
+func (t *tallies) take() map[tallyKey]*Tally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.m) == 0 {
+	m := t.m
+	t.m = nil
+	return m
+}
+
+// takeTallies returns the counts gathered since the last call, one Tally
+// per record: those of the map and those of the backend's hot set.
+func (s *Store) takeTallies() []Tally {
+	m := s.counts.take()
+	if s.hot != nil {
+		if m == nil {
+			m = map[tallyKey]*Tally{}
+		}
+		s.hot.takeCounts(m)
+	}
+	if len(m) == 0 {
 		return nil
 	}
-	out := make([]Tally, 0, len(t.m))
-	for _, c := range t.m {
+	out := make([]Tally, 0, len(m))
+	for _, c := range m {
 		out = append(out, *c)
 	}
-	t.m = nil
 	return out
 }
 
@@ -76,10 +96,16 @@ func (s *Store) count(scope, key string, kind EventKind, at time.Time) {
 		return
 	}
 	if s.counts.add(scope, key, kind, at) {
-		select {
-		case s.flushNow <- struct{}{}:
-		default:
-		}
+		s.flushSoon()
+	}
+}
+
+// flushSoon asks the tally flusher to flush now rather than at its next
+// tick.
+func (s *Store) flushSoon() {
+	select {
+	case s.flushNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -89,7 +115,7 @@ func (s *Store) flushTallies(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	batch := s.counts.take()
+	batch := s.takeTallies()
 	if len(batch) == 0 {
 		return nil
 	}
