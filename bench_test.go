@@ -210,7 +210,10 @@ func BenchmarkReplay_Counting(b *testing.B) {
 			}
 			var backend idem.Backend = bb
 			if !counting {
-				backend = untallied{BadgerBackend: bb}
+				backend = untallied{bb, noTallies{}}
+			}
+			if _, ok := backend.(idem.Tallier); ok != counting {
+				b.Fatalf("the backend is a Tallier: %v", ok)
 			}
 			s := idem.New(backend, &idem.Options{SweepInterval: -1})
 			defer s.Close()

@@ -174,18 +174,6 @@ func (h *hotSet) drop(id []byte) {
 	sh.mu.Unlock()
 }
 
-// len returns the number of records kept.
-func (h *hotSet) len() int {
-	n := 0
-	for i := range h.shards {
-		sh := &h.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
-
 // count notes a replay answered from e at now. It reports whether the
 // pending list has grown to maxTallies entries, so that the caller can ask
 // for an early flush. Most calls are two atomic operations on the entry;
