@@ -165,20 +165,20 @@ func (s *Store) replayHot(ctx context.Context, req Request) *Result {
 	}
 	var buf [1 + MaxScopeLen + MaxKeyLen]byte
 	e := s.hot.get(appendRecordID(buf[:0], req.Scope, req.Key))
-	if e == nil || e.rec.Fingerprint != req.Fingerprint || ctx.Err() != nil {
+	if e == nil || e.fingerprint != req.Fingerprint || ctx.Err() != nil {
 		return nil
 	}
 	now := s.now()
-	if e.rec.Expired(now) {
-		return nil
+	if !now.Before(e.expiresAt) {
+		return nil // expired: the full path claims it
 	}
 	if s.o.Observer != nil {
-		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.rec.Token, Time: now})
+		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.token, Time: now})
 	}
 	if s.tallier != nil && s.hot.count(e, now) {
 		s.flushSoon()
 	}
-	return e.rec.Result
+	return &e.result
 }
 
 func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {

@@ -33,12 +33,13 @@ const (
 )
 
 // hotEntry is one kept record and the replays counted on it that the
-// Store has not yet handed to the backend.
+// Store has not yet handed to the backend. What a replay reads comes
+// first, within one cache line; the fingerprint's bytes follow the id's,
+// which the map lookup has just read. Everything but the counts is set
+// before the entry is put and never changed.
 type hotEntry struct {
-	// rec is done and never changed once put: replays hand out rec.Result
-	// itself.
-	rec  *Record
-	size int // what size counted for it
+	fingerprint string
+	expiresAt   time.Time
 
 	// replays counts replays answered from this entry since the last
 	// flush; lastReplay is the latest one's store time in Unix
@@ -48,6 +49,13 @@ type hotEntry struct {
 	// set stays on the list until flushed.
 	replays    atomic.Int64
 	lastReplay atomic.Int64
+
+	token uint64
+	// result is a copy of rec's: replays hand out its address.
+	result Result
+	// rec is done and never changed.
+	rec  *Record
+	size int // what size counted for it
 }
 
 type hotShard struct {
@@ -99,13 +107,17 @@ func (h *hotSet) get(id []byte) *hotEntry {
 	return e
 }
 
-// put keeps rec, which must be done and must not be changed afterwards.
+// put keeps rec, which must be done (with a result) and must not be
+// changed afterwards.
 func (h *hotSet) put(id []byte, rec *Record) {
-	if rec.Result != nil && len(rec.Result.Body) > hotMaxBody {
+	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
 		return
 	}
-	k := string(id)
-	e := &hotEntry{rec: rec, size: size(k, rec)}
+	// One allocation for the id (the map's key) and the fingerprint.
+	idfp := string(append(id[:len(id):len(id)], rec.Fingerprint...))
+	k := idfp[:len(id)]
+	e := &hotEntry{fingerprint: idfp[len(id):], expiresAt: rec.ExpiresAt, token: rec.Token,
+		result: *rec.Result, rec: rec, size: size(k, rec)}
 	sh := h.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
