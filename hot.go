@@ -191,19 +191,21 @@ func (h *hotSet) drop(id []byte) {
 // for an early flush. Most calls are two atomic operations on the entry;
 // the first count after a flush also queues the entry.
 func (h *hotSet) count(e *hotEntry, now time.Time) (full bool) {
+	// The time first: a flush that takes this replay's count then sees it.
+	at := now.UnixNano()
+	for {
+		last := e.lastReplay.Load()
+		if at <= last || e.lastReplay.CompareAndSwap(last, at) {
+			break
+		}
+	}
 	if e.replays.Add(1) == 1 {
 		h.pendMu.Lock()
 		h.pending = append(h.pending, e)
 		full = len(h.pending) >= maxTallies
 		h.pendMu.Unlock()
 	}
-	at := now.UnixNano()
-	for {
-		last := e.lastReplay.Load()
-		if at <= last || e.lastReplay.CompareAndSwap(last, at) {
-			return full
-		}
-	}
+	return full
 }
 
 // takeCounts moves the replays counted since the last call into out.
@@ -219,7 +221,7 @@ func (h *hotSet) takeCounts(out map[tallyKey]*Tally) {
 		if n == 0 {
 			continue
 		}
-		last := time.Unix(0, e.lastReplay.Load())
+		last := fromUnixNanos(e.lastReplay.Load())
 		k := tallyKey{e.rec.Scope, e.rec.Key}
 		t := out[k]
 		if t == nil {
