@@ -223,7 +223,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
 	}
-	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{}, hot: newHotSet(),
+	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{}, hot: new(hotSet),
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	b.settleCond = sync.NewCond(&b.settleMu)
 	if o.ReadOnly {

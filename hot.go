@@ -1,7 +1,8 @@
 package idem
 
 import (
-	"hash/maphash"
+	"encoding/binary"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,10 @@ import (
 //
 // The set is split into shards by a hash of the record id, each with its
 // own lock, so that replays of different keys on different cores do not
-// queue on one lock.
+// queue on one lock. The bound on its size is the whole set's, so a poor
+// spread of ids over the shards costs only some contention: the shard hash
+// is a cheap mix of the id's first and last bytes rather than a hash of all
+// of them (the map hashes the id again anyway).
 
 // hotBytes bounds the set's approximate size; past it, the records put
 // longest ago in the shard receiving a record are evicted first. Records
@@ -29,7 +33,9 @@ import (
 const (
 	hotBytes   = 16 << 20
 	hotMaxBody = 16 << 10
-	hotShards  = 32
+
+	hotShardBits = 5
+	hotShards    = 1 << hotShardBits
 )
 
 // hotEntry is one kept record and the replays counted on it that the
@@ -68,8 +74,8 @@ type hotShard struct {
 	_ [64]byte
 }
 
+// hotSet is the set of kept records. The zero value is empty and ready.
 type hotSet struct {
-	seed   maphash.Seed
 	bytes  atomic.Int64 // the sum of the shards' bytes
 	shards [hotShards]hotShard
 
@@ -77,10 +83,17 @@ type hotSet struct {
 	pending []*hotEntry // entries whose replays are not yet flushed
 }
 
-func newHotSet() *hotSet { return &hotSet{seed: maphash.MakeSeed()} }
-
 func (h *hotSet) shard(id []byte) *hotShard {
-	return &h.shards[maphash.Bytes(h.seed, id)%hotShards]
+	var first, last uint64
+	if n := len(id); n >= 8 {
+		first, last = binary.LittleEndian.Uint64(id), binary.LittleEndian.Uint64(id[n-8:])
+	} else {
+		for _, c := range id {
+			first = first<<8 | uint64(c)
+		}
+	}
+	x := (first ^ bits.RotateLeft64(last, 29) ^ uint64(len(id))) * 0x9e3779b97f4a7c15
+	return &h.shards[x>>(64-hotShardBits)]
 }
 
 // size approximates what a kept record costs in memory.

@@ -19,7 +19,7 @@ func kept(h *hotSet) (n, bytes int) {
 }
 
 func TestHotSet_BoundedBySize(t *testing.T) {
-	h := newHotSet()
+	h := new(hotSet)
 	body := make([]byte, 8<<10)
 	for i := range 10000 {
 		id := []byte("id-" + strconv.Itoa(i))
@@ -54,7 +54,7 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 // The bench suite's replay workload keeps 20,000 done keys with ~90-byte
 // results: all of them must fit.
 func TestHotSet_HoldsReplayWorkload(t *testing.T) {
-	h := newHotSet()
+	h := new(hotSet)
 	fp := "idemfp1-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
 	body := make([]byte, 94)
 	const n = 20_000
@@ -69,7 +69,7 @@ func TestHotSet_HoldsReplayWorkload(t *testing.T) {
 }
 
 func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
-	h := newHotSet()
+	h := new(hotSet)
 	rec := &Record{State: StateDone, Result: &Result{Body: []byte("x")}}
 	for round := range 200 {
 		for i := range 100 {
@@ -91,7 +91,7 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 // Replays counted while flushes take the counts, some on entries dropped
 // or replaced meanwhile, all reach a flush, with the latest time.
 func TestHotSet_CountLosesNothing(t *testing.T) {
-	h := newHotSet()
+	h := new(hotSet)
 	const keys, goroutines, each = 50, 4, 5000
 	for i := range keys {
 		k := "k" + strconv.Itoa(i)
