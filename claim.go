@@ -151,32 +151,31 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 // replayHot answers req from the backend's hot set, or returns nil when
 // Begin must take its full path: the key is not kept, its fingerprint
 // differs (a mismatch to count and report), its record has expired, or
-// the store or ctx is done. A replay here takes no lock shared by every
-// replay, allocates nothing and makes no backend call (so it needs no
-// enter/leave: it never touches storage).
+// the store or ctx is done. A replay here takes one lock, of the key's
+// shard of the set (which also guards the replay's count), allocates
+// nothing and makes no backend call (so it needs no enter/leave: it never
+// touches storage).
 //
 // It skips the key's validation: records are kept only under valid keys
 // (UnmarshalRecord and Claim check them), so a hit proves the request's key
 // valid, and a miss goes to the full path, which validates. The lengths are
 // checked first only so that the id fits its buffer.
 func (s *Store) replayHot(ctx context.Context, req Request) *Result {
-	if len(req.Scope) > MaxScopeLen || len(req.Key) > MaxKeyLen || s.refusing.Load() {
+	if len(req.Scope) > MaxScopeLen || len(req.Key) > MaxKeyLen || s.refusing.Load() || ctx.Err() != nil {
 		return nil
 	}
-	var buf [1 + MaxScopeLen + MaxKeyLen]byte
-	e := s.hot.get(appendRecordID(buf[:0], req.Scope, req.Key))
-	if e == nil || e.fingerprint != req.Fingerprint || ctx.Err() != nil {
-		return nil
-	}
+	// The clock is read outside the shard's lock, to keep that short.
 	now := s.now()
-	if !now.Before(e.expiresAt) {
-		return nil // expired: the full path claims it
+	var buf [1 + MaxScopeLen + MaxKeyLen]byte
+	e, full := s.hot.replay(appendRecordID(buf[:0], req.Scope, req.Key), req.Fingerprint, now, s.tallier != nil)
+	if e == nil {
+		return nil
+	}
+	if full {
+		s.flushSoon()
 	}
 	if s.o.Observer != nil {
 		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.token, Time: now})
-	}
-	if s.tallier != nil && s.hot.count(e, now) {
-		s.flushSoon()
 	}
 	return &e.result
 }

@@ -21,7 +21,11 @@ import (
 //
 // The set is split into shards by a hash of the record id, each with its
 // own lock, so that replays of different keys on different cores do not
-// queue on one lock. The bound on its size is the whole set's, so a poor
+// queue on one lock. A replay takes its shard's lock once, for the lookup
+// and for counting the replay in the entry: the counts are plain fields
+// under that lock, so counting adds no atomic operation to a replay (a
+// read lock would cost the same two as the mutex, and atomic counts two
+// more). The bound on its size is the whole set's, so a poor
 // spread of ids over the shards costs only some contention: the shard hash
 // is a cheap mix of the id's first and last bytes rather than a hash of all
 // of them (the map hashes the id again anyway).
@@ -39,22 +43,23 @@ const (
 )
 
 // hotEntry is one kept record and the replays counted on it that the
-// Store has not yet handed to the backend. What a replay reads comes
-// first, within one cache line; the fingerprint's bytes follow the id's,
-// which the map lookup has just read. Everything but the counts is set
-// before the entry is put and never changed.
+// Store has not yet handed to the backend. What a replay reads and writes
+// comes first, within one cache line; the fingerprint's bytes follow the
+// id's, which the map lookup has just read. Everything but the counts is
+// set before the entry is put and never changed.
 type hotEntry struct {
 	fingerprint string
 	expiresAt   time.Time
 
 	// replays counts replays answered from this entry since the last
 	// flush; lastReplay is the latest one's store time in Unix
-	// nanoseconds. An entry is queued on its set's pending list exactly
-	// when replays goes from zero to one, so that a flush visits only the
-	// entries it must, and a count is never lost: an entry dropped from the
-	// set stays on the list until flushed.
-	replays    atomic.Int64
-	lastReplay atomic.Int64
+	// nanoseconds. Both are guarded by the lock of the entry's shard (an
+	// id's shard never changes). An entry is queued on its shard's pending
+	// list exactly when replays goes from zero to one, so that a flush
+	// visits only the entries it must, and a count is never lost: an entry
+	// dropped from the map stays on the list until flushed.
+	replays    int64
+	lastReplay int64
 
 	token uint64
 	// result is a copy of rec's: replays hand out its address.
@@ -65,11 +70,13 @@ type hotEntry struct {
 }
 
 type hotShard struct {
-	mu    sync.RWMutex // guards the fields below
+	mu    sync.Mutex // guards the fields below and its entries' counts
 	m     map[string]*hotEntry
 	order []string // ids in the order they were put, oldest at head
 	head  int      // index in order of the oldest id still queued
 	bytes int
+	// pending holds the entries whose replays are not yet flushed.
+	pending []*hotEntry
 	// Padding keeps two shards' locks out of one cache line.
 	_ [64]byte
 }
@@ -78,9 +85,6 @@ type hotShard struct {
 type hotSet struct {
 	bytes  atomic.Int64 // the sum of the shards' bytes
 	shards [hotShards]hotShard
-
-	pendMu  sync.Mutex  // guards pending
-	pending []*hotEntry // entries whose replays are not yet flushed
 }
 
 func (h *hotSet) shard(id []byte) *hotShard {
@@ -114,10 +118,37 @@ func size(id string, rec *Record) int {
 // get returns the entry kept for id, or nil. It allocates nothing.
 func (h *hotSet) get(id []byte) *hotEntry {
 	sh := h.shard(id)
-	sh.mu.RLock()
+	sh.mu.Lock()
 	e := sh.m[string(id)]
-	sh.mu.RUnlock()
+	sh.mu.Unlock()
 	return e
+}
+
+// replay returns the entry kept for id if its fingerprint is fp and it has
+// not expired at now, and then, if count, counts a replay at now on it.
+// full reports that the shard's pending list has grown to its share of
+// maxTallies, so that the caller can ask for an early flush. It allocates
+// nothing (but for the pending list's growth).
+func (h *hotSet) replay(id []byte, fp string, now time.Time, count bool) (e *hotEntry, full bool) {
+	sh := h.shard(id)
+	sh.mu.Lock()
+	e = sh.m[string(id)]
+	if e == nil || e.fingerprint != fp || !now.Before(e.expiresAt) {
+		sh.mu.Unlock()
+		return nil, false
+	}
+	if count {
+		if e.replays == 0 {
+			sh.pending = append(sh.pending, e)
+			full = len(sh.pending) >= maxTallies/hotShards
+		}
+		e.replays++
+		if at := now.UnixNano(); at > e.lastReplay {
+			e.lastReplay = at
+		}
+	}
+	sh.mu.Unlock()
+	return e, full
 }
 
 // put keeps rec, which must be done (with a result) and must not be
@@ -199,51 +230,26 @@ func (h *hotSet) drop(id []byte) {
 	sh.mu.Unlock()
 }
 
-// count notes a replay answered from e at now. It reports whether the
-// pending list has grown to maxTallies entries, so that the caller can ask
-// for an early flush. Most calls are two atomic operations on the entry;
-// the first count after a flush also queues the entry.
-func (h *hotSet) count(e *hotEntry, now time.Time) (full bool) {
-	// The time first: a flush that takes this replay's count then sees it.
-	at := now.UnixNano()
-	for {
-		last := e.lastReplay.Load()
-		if at <= last || e.lastReplay.CompareAndSwap(last, at) {
-			break
-		}
-	}
-	if e.replays.Add(1) == 1 {
-		h.pendMu.Lock()
-		h.pending = append(h.pending, e)
-		full = len(h.pending) >= maxTallies
-		h.pendMu.Unlock()
-	}
-	return full
-}
-
 // takeCounts moves the replays counted since the last call into out.
 func (h *hotSet) takeCounts(out map[tallyKey]*Tally) {
-	h.pendMu.Lock()
-	pending := h.pending
-	h.pending = nil
-	h.pendMu.Unlock()
-	for _, e := range pending {
-		// Replays counted after the swap queue e again (the count goes
-		// from zero to one) and reach the next flush.
-		n := e.replays.Swap(0)
-		if n == 0 {
-			continue
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		pending := sh.pending
+		sh.pending = nil
+		for _, e := range pending {
+			k := tallyKey{e.rec.Scope, e.rec.Key}
+			t := out[k]
+			if t == nil {
+				t = &Tally{Scope: k.scope, Key: k.key}
+				out[k] = t
+			}
+			t.Replays += e.replays
+			if last := fromUnixNanos(e.lastReplay); last.After(t.LastReplay) {
+				t.LastReplay = last
+			}
+			e.replays = 0
 		}
-		last := fromUnixNanos(e.lastReplay.Load())
-		k := tallyKey{e.rec.Scope, e.rec.Key}
-		t := out[k]
-		if t == nil {
-			t = &Tally{Scope: k.scope, Key: k.key}
-			out[k] = t
-		}
-		t.Replays += n
-		if last.After(t.LastReplay) {
-			t.LastReplay = last
-		}
+		sh.mu.Unlock()
 	}
 }

@@ -93,11 +93,14 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 func TestHotSet_CountLosesNothing(t *testing.T) {
 	h := new(hotSet)
 	const keys, goroutines, each = 50, 4, 5000
+	base := time.Unix(1_700_000_000, 0)
+	rec := func(k string) *Record {
+		return &Record{Key: k, State: StateDone, Fingerprint: "fp", ExpiresAt: base.Add(time.Hour), Result: &Result{}}
+	}
 	for i := range keys {
 		k := "k" + strconv.Itoa(i)
-		h.put(recordID("", k), &Record{Key: k, State: StateDone, Result: &Result{}})
+		h.put(recordID("", k), rec(k))
 	}
-	base := time.Unix(1_700_000_000, 0)
 	got := map[tallyKey]*Tally{}
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -107,13 +110,10 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 			for i := range each {
 				k := "k" + strconv.Itoa((g*each+i)%keys)
 				id := recordID("", k)
-				e := h.get(id)
-				for e == nil {
-					// Dropped by another goroutine: put it back.
-					h.put(id, &Record{Key: k, State: StateDone, Result: &Result{}})
-					e = h.get(id)
+				// Dropped by another goroutine: put it back.
+				for e, _ := h.replay(id, "fp", base.Add(time.Duration(g*each+i)), true); e == nil; e, _ = h.replay(id, "fp", base.Add(time.Duration(g*each+i)), true) {
+					h.put(id, rec(k))
 				}
-				h.count(e, base.Add(time.Duration(g*each+i)))
 				if i%97 == 0 {
 					h.drop(id)
 				}
@@ -146,5 +146,28 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 	}
 	if want := base.Add(goroutines*each - 1); !last.Equal(want) {
 		t.Fatalf("latest replay %v, want %v", last, want)
+	}
+}
+
+// A replay is refused, and not counted, for another fingerprint or once
+// the record has expired.
+func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
+	h := new(hotSet)
+	now := time.Unix(1_700_000_000, 0)
+	id := recordID("", "k")
+	h.put(id, &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
+	if e, _ := h.replay(id, "other", now, true); e != nil {
+		t.Fatal("replayed for another fingerprint")
+	}
+	if e, _ := h.replay(id, "fp", now.Add(time.Second), true); e != nil {
+		t.Fatal("replayed once expired")
+	}
+	if e, _ := h.replay(id, "fp", now, true); e == nil {
+		t.Fatal("not replayed")
+	}
+	got := map[tallyKey]*Tally{}
+	h.takeCounts(got)
+	if c := got[tallyKey{"", "k"}]; c == nil || c.Replays != 1 || !c.LastReplay.Equal(now) {
+		t.Fatalf("counts %+v, want one replay at %v", c, now)
 	}
 }

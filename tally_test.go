@@ -17,8 +17,12 @@ import (
 // prefix.
 func countKeys(t testing.TB, s *idem.Store, prefix byte) int {
 	t.Helper()
+	b := s.Backend().(*idem.BadgerBackend)
+	// A durable write is answered before Badger holds it; Scan waits until
+	// Badger holds every answered write.
+	require.NoError(t, b.Scan(bg, func(*idem.Record) bool { return false }))
 	n := 0
-	err := s.Backend().(*idem.BadgerBackend).DB().View(func(txn *badger.Txn) error {
+	err := b.DB().View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
