@@ -880,13 +880,6 @@ func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, er
 // nanoseconds (0 for none).
 const countsFormat = 1
 
-// tallyOpBytes and tallyOpMax bound the writes of one AddTallies op, so
-// that a large batch never outgrows a Badger transaction.
-const (
-	tallyOpBytes = 64 << 10
-	tallyOpMax   = 1024
-)
-
 func encodeCounts(t Tally) []byte {
 	b := make([]byte, 0, 1+5*binary.MaxVarintLen64)
 	b = append(b, countsFormat)
@@ -1025,6 +1018,9 @@ func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
 		index[string(id)] = len(all)
 		all = append(all, counted{id, t})
 	}
+	// An op writes at most half of what a Badger transaction holds, so
+	// that a large batch never outgrows one.
+	opBytes, opMax := int(b.db.MaxBatchSize()/2), int(b.db.MaxBatchCount()/2)
 	b.tallyMu.Lock()
 	defer b.tallyMu.Unlock()
 	for len(all) > 0 {
@@ -1033,7 +1029,7 @@ func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
 			n = 0
 			written := 0
 			for _, c := range all {
-				if n == tallyOpMax || written > tallyOpBytes {
+				if n == opMax || written > opBytes {
 					break
 				}
 				size, err := b.addTally(w, c.id, c.t)

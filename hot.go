@@ -230,26 +230,20 @@ func (h *hotSet) drop(id []byte) {
 	sh.mu.Unlock()
 }
 
-// takeCounts moves the replays counted since the last call into out.
-func (h *hotSet) takeCounts(out map[tallyKey]*Tally) {
+// takeCounts appends the replays counted since the last call to out, one
+// Tally per counted entry (an id put again may have two).
+func (h *hotSet) takeCounts(out []Tally) []Tally {
 	for i := range h.shards {
 		sh := &h.shards[i]
 		sh.mu.Lock()
-		pending := sh.pending
-		sh.pending = nil
-		for _, e := range pending {
-			k := tallyKey{e.rec.Scope, e.rec.Key}
-			t := out[k]
-			if t == nil {
-				t = &Tally{Scope: k.scope, Key: k.key}
-				out[k] = t
-			}
-			t.Replays += e.replays
-			if last := fromUnixNanos(e.lastReplay); last.After(t.LastReplay) {
-				t.LastReplay = last
-			}
+		for _, e := range sh.pending {
+			out = append(out, Tally{Scope: e.rec.Scope, Key: e.rec.Key, Replays: e.replays,
+				LastReplay: fromUnixNanos(e.lastReplay)})
 			e.replays = 0
 		}
+		clear(sh.pending)
+		sh.pending = sh.pending[:0]
 		sh.mu.Unlock()
 	}
+	return out
 }

@@ -101,7 +101,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 		k := "k" + strconv.Itoa(i)
 		h.put(recordID("", k), rec(k))
 	}
-	got := map[tallyKey]*Tally{}
+	var got []Tally
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
@@ -131,7 +131,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 			flushing = false
 		default:
 		}
-		h.takeCounts(got)
+		got = h.takeCounts(got)
 	}
 	var total int64
 	var last time.Time
@@ -165,9 +165,11 @@ func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	if e, _ := h.replay(id, "fp", now, true); e == nil {
 		t.Fatal("not replayed")
 	}
-	got := map[tallyKey]*Tally{}
-	h.takeCounts(got)
-	if c := got[tallyKey{"", "k"}]; c == nil || c.Replays != 1 || !c.LastReplay.Equal(now) {
-		t.Fatalf("counts %+v, want one replay at %v", c, now)
+	got := h.takeCounts(nil)
+	if len(got) != 1 || got[0].Key != "k" || got[0].Replays != 1 || !got[0].LastReplay.Equal(now) {
+		t.Fatalf("counts %+v, want one replay of k at %v", got, now)
+	}
+	if got := h.takeCounts(nil); len(got) != 0 {
+		t.Fatalf("counts taken twice: %+v", got)
 	}
 }

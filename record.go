@@ -103,8 +103,9 @@ type Record struct {
 	// first: the first claim and the latest ones, at most MaxAttempts.
 	Attempts []Attempt `msgpack:"a,omitempty"`
 	// Replays counts the repeats answered with the saved result;
-	// LastReplay is the latest. Counted in batches: a crash may lose the
-	// last second's counts, never a result.
+	// LastReplay is the latest. Counted in batches, every second or, when
+	// many keys are counted, every few: a crash may lose the last batch's
+	// counts, never a result.
 	Replays    int64     `msgpack:"rp,omitempty"`
 	LastReplay time.Time `msgpack:"lr,omitempty"`
 	// Conflicts counts repeats refused because a claim was in progress
