@@ -121,6 +121,6 @@ type Lister interface {
 // counts in memory and hands them over in batches, off the request path.
 type Tallier interface {
 	// AddTallies adds each tally's counts to its record, if it still
-	// exists.
+	// exists. A batch may hold several tallies of one record.
 	AddTallies(ctx context.Context, tallies []Tally) error
 }

@@ -76,6 +76,7 @@ const (
 	prefixRecord = 'r' // r + id -> msgpack Record
 	prefixClaim  = 'c' // c + id -> empty: an open claim, read once on open
 	prefixExpiry = 'x' // x + big-endian unix nanos + id -> empty
+	prefixCounts = 't' // t + id -> counts added to a done or released record (AddTallies)
 )
 
 // reclaimGrace is added to Badger's own TTL on records. Badger's TTL has a
@@ -129,7 +130,7 @@ type BadgerBackend struct {
 	lastToken uint64
 
 	// hot holds recent done records for replays (hot.go).
-	hot hotSet
+	hot *hotSet
 
 	// mu guards open and cursor.
 	mu sync.Mutex
@@ -145,6 +146,25 @@ type BadgerBackend struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// tallyMu serialises AddTallies calls, so that no two of their ops
+	// share a group: an op is then the only reader of what it put in
+	// tallied before its writes were stored.
+	tallyMu sync.Mutex
+	// cacheMu guards tallied: for records whose counts are kept beside
+	// them, their Badger expiry and the counts stored, so that a flush
+	// writes new counts without reading either. A write or a deletion of
+	// a record drops its entry at once, in its op; an AddTallies op sets
+	// entries as it writes, and AddTallies clears the map if an op failed.
+	cacheMu sync.Mutex
+	tallied map[string]talliedRecord
+}
+
+// talliedRecord is what the store holds of a record whose counts are kept
+// beside it.
+type talliedRecord struct {
+	expiresAt uint64 // the record's Badger expiry, which its counts share
+	counts    Tally  // the counts beside it
 }
 
 type openClaim struct {
@@ -203,7 +223,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
 	}
-	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{},
+	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{}, hot: new(hotSet),
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	b.settleCond = sync.NewCond(&b.settleMu)
 	if o.ReadOnly {
@@ -392,10 +412,15 @@ func (b *BadgerBackend) orphan(ids [][]byte) error {
 }
 
 func recordID(scope, key string) []byte {
-	id := make([]byte, 0, 1+len(scope)+len(key))
-	id = append(id, byte(len(scope)))
-	id = append(id, scope...)
-	return append(id, key...)
+	return appendRecordID(make([]byte, 0, 1+len(scope)+len(key)), scope, key)
+}
+
+// appendRecordID appends the id of (scope, key) to dst. The scope must be
+// at most 255 bytes.
+func appendRecordID(dst []byte, scope, key string) []byte {
+	dst = append(dst, byte(len(scope)))
+	dst = append(dst, scope...)
+	return append(dst, key...)
 }
 
 func withPrefix(p byte, id []byte) []byte {
@@ -459,6 +484,7 @@ func (b *BadgerBackend) put(txn *wtxn, id []byte, rec *Record, ttlFrom time.Time
 	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
 		e = e.WithTTL(max(rec.ExpiresAt.Sub(ttlFrom), 0) + reclaimGrace)
 	}
+	b.forgetTallied(id)
 	return txn.SetEntry(e)
 }
 
@@ -507,12 +533,23 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 		}
 		if rec != nil {
 			// An expired record starts a new life; a released one goes on.
+			// Either way the counts kept beside the record go: into the new
+			// record if its life goes on (they must not expire with the
+			// released record), nowhere if it starts afresh.
 			if rec.State == StateReleased {
+				t, err := txn.counts(id)
+				if err != nil {
+					return err
+				}
+				rec.Apply(t)
 				n.FirstSeen = rec.FirstSeen
 				n.Claims = rec.Claims + 1
 				n.Attempts = rec.Attempts
 				n.Replays, n.LastReplay = rec.Replays, rec.LastReplay
 				n.Conflicts, n.Mismatches, n.LastRejection = rec.Conflicts, rec.Mismatches, rec.LastRejection
+			}
+			if err := txn.Delete(withPrefix(prefixCounts, id)); err != nil {
+				return err
 			}
 			if !rec.ExpiresAt.IsZero() {
 				if err := txn.Delete(expiryKey(rec.ExpiresAt, id)); err != nil {
@@ -618,11 +655,16 @@ func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint
 	})
 }
 
+// hotRecords implements hotBackend: the Store answers replays from the
+// hot set.
+func (b *BadgerBackend) hotRecords() *hotSet { return b.hot }
+
 // peek reads the record of id outside the committer: from the hot set, or
-// from a read transaction (caching what it finds done).
+// from a read transaction (caching what it finds done). What it returns
+// may be shared: the caller must not change it.
 func (b *BadgerBackend) peek(id []byte) (*Record, error) {
-	if rec := b.hot.get(id); rec != nil {
-		return rec, nil
+	if e := b.hot.get(id); e != nil {
+		return e.rec, nil
 	}
 	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
 		return overlayRecord(e)
@@ -645,17 +687,21 @@ func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, er
 		return nil, err
 	}
 	var rec *Record
-	var err error
 	id := recordID(scope, key)
-	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
-		rec, err = overlayRecord(e)
-	} else {
-		err = b.db.View(func(txn *badger.Txn) error {
-			var err error
+	err := b.db.View(func(txn *badger.Txn) error {
+		var err error
+		if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
+			rec, err = overlayRecord(e)
+		} else {
 			rec, err = getRecord(txn, id)
-			return err
-		})
-	}
+		}
+		if err == nil && rec != nil {
+			var t Tally
+			t, err = b.readCounts(txn, id)
+			rec.Apply(t)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, unavailable("get", err)
 	}
@@ -747,6 +793,10 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 					if err := w.Delete(withPrefix(prefixRecord, e.id)); err != nil {
 						return err
 					}
+					if err := w.Delete(withPrefix(prefixCounts, e.id)); err != nil {
+						return err
+					}
+					b.forgetTallied(e.id)
 					w.onCommit(func() { b.hot.drop(e.id) })
 				}
 			}
@@ -806,43 +856,267 @@ func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, er
 	return due, err
 }
 
-// AddTallies implements Tallier: the counts of many records in one op.
+// Counts beside records.
+//
+// A replay is counted in memory and the counts reach the backend in
+// batches (tally.go). Rewriting a whole record to add to its counts would
+// cost a read, a decode, an encode and a write of the record for every
+// counted key every second, and drop or refill its hot entry. So the
+// counts of a done or released record are kept beside it, under
+// prefixCounts: one small entry per record, holding the counts added since
+// the record was last written whole. Get and Scan add them to the
+// record's own.
+//
+// Such an entry has its record's Badger TTL, so that neither outlives the
+// other; Reclaim deletes both; a claim of a released record folds the
+// entry into the new record (the life goes on), and a claim of an expired
+// one deletes it (a new life starts at zero). An in-progress record (no
+// TTL, and rewritten by its completion anyway) gets its counts written
+// into it, as before.
+
+// countsFormat is the version of the encoding of the counts beside a
+// record: the version byte, then varints of the replays, conflicts and
+// mismatches and of the last replay's and last rejection's Unix
+// nanoseconds (0 for none).
+const countsFormat = 1
+
+func encodeCounts(t Tally) []byte {
+	b := make([]byte, 0, 1+5*binary.MaxVarintLen64)
+	b = append(b, countsFormat)
+	b = binary.AppendVarint(b, t.Replays)
+	b = binary.AppendVarint(b, t.Conflicts)
+	b = binary.AppendVarint(b, t.Mismatches)
+	b = binary.AppendVarint(b, unixNanos(t.LastReplay))
+	return binary.AppendVarint(b, unixNanos(t.LastRejection))
+}
+
+func decodeCounts(v []byte) (Tally, error) {
+	var t Tally
+	if len(v) == 0 || v[0] != countsFormat {
+		return t, fmt.Errorf("%w: counts of an unknown format", ErrCorrupt)
+	}
+	v = v[1:]
+	var f [5]int64
+	for i := range f {
+		n, k := binary.Varint(v)
+		if k <= 0 {
+			return t, fmt.Errorf("%w: truncated counts", ErrCorrupt)
+		}
+		f[i], v = n, v[k:]
+	}
+	if len(v) != 0 {
+		return t, fmt.Errorf("%w: counts with %d trailing bytes", ErrCorrupt, len(v))
+	}
+	t.Replays, t.Conflicts, t.Mismatches = f[0], f[1], f[2]
+	t.LastReplay, t.LastRejection = fromUnixNanos(f[3]), fromUnixNanos(f[4])
+	return t, nil
+}
+
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// getCounts reads the counts kept beside the record of id from Badger;
+// none or corrupt ones read as zero (counts are the record's story, never
+// a reason to refuse the record).
+func getCounts(txn getter, id []byte) (Tally, error) {
+	item, err := txn.Get(withPrefix(prefixCounts, id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return Tally{}, nil
+	}
+	if err != nil {
+		return Tally{}, err
+	}
+	var t Tally
+	err = item.Value(func(v []byte) error {
+		t, _ = decodeCounts(v)
+		return nil
+	})
+	return t, err
+}
+
+// readCounts reads the counts beside the record of id outside the
+// committer, as Get reads the record: a durable write not yet in Badger
+// first, then txn.
+func (b *BadgerBackend) readCounts(txn *badger.Txn, id []byte) (Tally, error) {
+	if e, ok := b.durableWrite(withPrefix(prefixCounts, id)); ok {
+		if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
+			return Tally{}, nil
+		}
+		t, _ := decodeCounts(e.val)
+		return t, nil
+	}
+	return getCounts(txn, id)
+}
+
+// get reads key as the op's turn sees it (like record): its value, its
+// Badger expiry, and whether it exists.
+func (w *wtxn) get(key []byte) (val []byte, expiresAt uint64, ok bool, err error) {
+	if _, mine := w.u.written[string(key)]; !mine {
+		if e, ok := w.b.overlay[string(key)]; ok {
+			if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
+				return nil, 0, false, nil
+			}
+			return e.val, e.expiresAt, true, nil
+		}
+	}
+	item, err := w.u.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	val, err = item.ValueCopy(nil)
+	return val, item.ExpiresAt(), err == nil, err
+}
+
+// counts reads the counts beside the record of id as the op's turn sees
+// them; none or corrupt ones read as zero.
+func (w *wtxn) counts(id []byte) (Tally, error) {
+	v, _, ok, err := w.get(withPrefix(prefixCounts, id))
+	if !ok || err != nil {
+		return Tally{}, err
+	}
+	t, _ := decodeCounts(v)
+	return t, nil
+}
+
+// AddTallies implements Tallier. It merges the tallies of each record,
+// then adds them in ops of bounded size: beside a done or released record,
+// into an in-progress one. A record that no longer exists is skipped. An
+// error may leave the ops before it applied.
 func (b *BadgerBackend) AddTallies(ctx context.Context, tallies []Tally) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return unavailable("tally", b.batch(func(w *wtxn) error {
-		for _, t := range tallies {
-			id := recordID(t.Scope, t.Key)
-			rec, err := w.record(id)
-			if errors.Is(err, ErrCorrupt) || (err == nil && rec == nil) {
-				continue // reclaimed since, or left for an operator
-			}
-			if err != nil {
-				return err
-			}
-			rec.Apply(t)
-			if err := b.put(w, id, rec, latest(t.LastReplay, t.LastRejection)); err != nil {
-				return err
-			}
-			// Keep a replayed record hot: dropping it would send the next
-			// replay of every counted key to the LSM tree.
-			if rec.State == StateDone {
-				kept := rec.Clone()
-				w.onCommit(func() { b.hot.put(id, kept) })
-			} else {
-				w.onCommit(func() { b.hot.drop(id) })
-			}
+	type counted struct {
+		id []byte
+		t  Tally
+	}
+	index := make(map[string]int, len(tallies))
+	all := make([]counted, 0, len(tallies))
+	for _, t := range tallies {
+		if len(t.Scope) > MaxScopeLen {
+			continue // no such record can exist
 		}
-		return nil
-	}))
+		id := recordID(t.Scope, t.Key)
+		if i, ok := index[string(id)]; ok {
+			all[i].t.add(t)
+			continue
+		}
+		index[string(id)] = len(all)
+		all = append(all, counted{id, t})
+	}
+	// An op writes at most half of what a Badger transaction holds, so
+	// that a large batch never outgrows one.
+	opBytes, opMax := int(b.db.MaxBatchSize()/2), int(b.db.MaxBatchCount()/2)
+	b.tallyMu.Lock()
+	defer b.tallyMu.Unlock()
+	for len(all) > 0 {
+		var n int
+		err := b.batch(func(w *wtxn) error {
+			n = 0
+			written := 0
+			for _, c := range all {
+				if n == opMax || written > opBytes {
+					break
+				}
+				size, err := b.addTally(w, c.id, c.t)
+				if err != nil {
+					return err
+				}
+				n++
+				written += size
+			}
+			return nil
+		})
+		if err != nil {
+			// The op's writes were not stored, but what it cached was.
+			b.cacheMu.Lock()
+			b.tallied = nil
+			b.cacheMu.Unlock()
+			return unavailable("tally", err)
+		}
+		all = all[n:]
+	}
+	return nil
 }
 
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+func (b *BadgerBackend) forgetTallied(id []byte) {
+	b.cacheMu.Lock()
+	delete(b.tallied, string(id))
+	b.cacheMu.Unlock()
+}
+
+// maxTallied bounds the records tallied keeps; past it an arbitrary one
+// is dropped (and read from the store when counted again).
+const maxTallied = 1 << 16
+
+// addTally adds t to the record of id, and returns about how many bytes
+// it wrote. For a record in tallied it reads nothing.
+func (b *BadgerBackend) addTally(w *wtxn, id []byte, t Tally) (int, error) {
+	b.cacheMu.Lock()
+	c, ok := b.tallied[string(id)]
+	b.cacheMu.Unlock()
+	if !ok {
+		v, expiresAt, found, err := w.get(withPrefix(prefixRecord, id))
+		if err != nil {
+			return 0, err
+		}
+		if !found {
+			return 0, nil // reclaimed since
+		}
+		if expiresAt == 0 {
+			// No TTL: in progress (done and released records get one when
+			// they are written), unless written by a tool; decode to know.
+			rec, err := UnmarshalRecord(v)
+			if errors.Is(err, ErrCorrupt) {
+				return 0, nil // left for an operator
+			}
+			if err != nil {
+				return 0, err
+			}
+			if rec.State == StateInProgress {
+				rec.Apply(t)
+				v, err := MarshalRecord(rec)
+				if err != nil {
+					return 0, err
+				}
+				return len(v), w.Set(withPrefix(prefixRecord, id), v)
+			}
+		}
+		c.expiresAt = expiresAt
+		if c.counts, err = w.counts(id); err != nil {
+			return 0, err
+		}
 	}
-	return b
+	c.counts.add(t)
+	e := badger.NewEntry(withPrefix(prefixCounts, id), encodeCounts(c.counts))
+	e.ExpiresAt = c.expiresAt
+	b.cacheMu.Lock()
+	if b.tallied == nil {
+		b.tallied = make(map[string]talliedRecord)
+	}
+	if _, kept := b.tallied[string(id)]; !kept && len(b.tallied) >= maxTallied {
+		for k := range b.tallied {
+			delete(b.tallied, k)
+			break
+		}
+	}
+	b.tallied[string(id)] = c
+	b.cacheMu.Unlock()
+	return len(e.Key) + len(e.Value), w.SetEntry(e)
 }
 
 // Maintain runs Badger's value-log garbage collection once, so that space
@@ -882,6 +1156,11 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 			}); err != nil {
 				return err
 			}
+			t, err := getCounts(txn, it.Item().Key()[1:])
+			if err != nil {
+				return err
+			}
+			rec.Apply(t)
 			if !fn(rec) {
 				return nil
 			}

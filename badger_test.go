@@ -211,3 +211,26 @@ func TestUnmarshalRecord_Formats(t *testing.T) {
 		require.ErrorIs(t, err, idem.ErrCorrupt, name)
 	}
 }
+
+// A replay of a key kept in memory allocates nothing, counted or not,
+// observed or not (a no-op observer).
+func TestBadger_Replay_AllocatesNothing(t *testing.T) {
+	for _, o := range []*idem.Options{{}, {Observer: idem.ObserverFunc(func(idem.Event) {})}} {
+		s := openStore(t, t.TempDir(), o)
+		req := idem.Request{Scope: "tenant", Key: "k", Fingerprint: "fp"}
+		_, _, err := s.Do(bg, req, ok("x"))
+		require.NoError(t, err)
+		allocs := testing.AllocsPerRun(1000, func() {
+			_, res, err := s.Begin(bg, req)
+			if err != nil || res == nil || string(res.Body) != "x" {
+				t.Fatalf("replay: %v, %v", res, err)
+			}
+		})
+		require.Zero(t, allocs)
+		_, err = s.Sweep(bg)
+		require.NoError(t, err)
+		rec, err := s.Get(bg, "tenant", "k")
+		require.NoError(t, err)
+		require.Equal(t, int64(1001), rec.Replays) // AllocsPerRun runs once more to warm up
+	}
+}

@@ -69,7 +69,16 @@ func (c *Claim) LeaseEnds() time.Time {
 //
 // A claim whose lease ended is first resolved through the Resolver; Begin
 // then answers as the resolution dictates.
+//
+// A replayed *Result may be shared with every other replay of the key: read
+// it, never modify it or what its Header and Body hold (copy them first).
+// Handing out the saved result as it is keeps a replay free of copies.
 func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
+	if s.hot != nil {
+		if res := s.replayHot(ctx, req); res != nil {
+			return nil, res, nil
+		}
+	}
 	if err := validate(req.Scope, req.Key); err != nil {
 		return nil, nil, err
 	}
@@ -137,6 +146,38 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: now}
 		}
 	}
+}
+
+// replayHot answers req from the backend's hot set, or returns nil when
+// Begin must take its full path: the key is not kept, its fingerprint
+// differs (a mismatch to count and report), its record has expired, or
+// the store or ctx is done. A replay here takes one lock, of the key's
+// shard of the set (which also guards the replay's count), allocates
+// nothing and makes no backend call (so it needs no enter/leave: it never
+// touches storage).
+//
+// It skips the key's validation: records are kept only under valid keys
+// (UnmarshalRecord and Claim check them), so a hit proves the request's key
+// valid, and a miss goes to the full path, which validates. The lengths are
+// checked first only so that the id fits its buffer.
+func (s *Store) replayHot(ctx context.Context, req Request) *Result {
+	if len(req.Scope) > MaxScopeLen || len(req.Key) > MaxKeyLen || s.refusing.Load() || ctx.Err() != nil {
+		return nil
+	}
+	// The clock is read outside the shard's lock, to keep that short.
+	now := s.now()
+	var buf [1 + MaxScopeLen + MaxKeyLen]byte
+	e, full := s.hot.replay(appendRecordID(buf[:0], req.Scope, req.Key), req.Fingerprint, now, s.tallier != nil)
+	if e == nil {
+		return nil
+	}
+	if full {
+		s.flushSoon()
+	}
+	if s.o.Observer != nil {
+		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.token, Time: now})
+	}
+	return &e.result
 }
 
 func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {
@@ -242,7 +283,8 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // re-raised.
 //
 // A replayed result whose first run returned an error saved by the policy
-// comes back with a *SavedError. If fn ran but its result could not be
+// comes back with a *SavedError. A replayed result's Header and Body may be
+// shared with every other replay of the key: read them, never modify them. If fn ran but its result could not be
 // saved, Do returns fn's result and an error wrapping ErrUnavailable; the
 // claim is then left for recovery.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {

@@ -71,6 +71,9 @@
 //     after expiry runs the effect again.
 //   - The Badger backend serves one process at a time (Badger locks its
 //     directory); use pgstore for several replicas.
+//   - A replayed Result (from Begin or Do) may be shared with every other
+//     replay of its key, so that a replay copies nothing: read its Header
+//     and Body, never modify them.
 //   - Observers run synchronously on the request path; keep them quick.
 //   - A fingerprint over JSON that nests objects deeply and out of order
 //     costs more the deeper it goes; Fingerprinter.MaxDepth bounds it.

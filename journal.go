@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -145,7 +146,8 @@ func (j *Journal) plan(ctx context.Context, st Step, args []byte) (Step, error) 
 }
 
 func fromSaved(st Step, saved *Result, differed bool) Step {
-	st.Args, st.Replanned, st.Differed = saved.Body, true, differed
+	// A replayed Result is shared (Store.Begin): Args is the caller's.
+	st.Args, st.Replanned, st.Differed = bytes.Clone(saved.Body), true, differed
 	if v := saved.Header["Planned"]; len(v) == 1 {
 		st.PlannedAt, _ = time.Parse(time.RFC3339Nano, v[0])
 	}

@@ -103,8 +103,9 @@ type Record struct {
 	// first: the first claim and the latest ones, at most MaxAttempts.
 	Attempts []Attempt `msgpack:"a,omitempty"`
 	// Replays counts the repeats answered with the saved result;
-	// LastReplay is the latest. Counted in batches: a crash may lose the
-	// last second's counts, never a result.
+	// LastReplay is the latest. Counted in batches, every second or, when
+	// many keys are counted, every few: a crash may lose the last batch's
+	// counts, never a result.
 	Replays    int64     `msgpack:"rp,omitempty"`
 	LastReplay time.Time `msgpack:"lr,omitempty"`
 	// Conflicts counts repeats refused because a claim was in progress
@@ -187,6 +188,19 @@ func (r *Record) Apply(t Tally) {
 	}
 	if t.LastRejection.After(r.LastRejection) {
 		r.LastRejection = t.LastRejection
+	}
+}
+
+// add adds u's counts to t, keeping the latest times.
+func (t *Tally) add(u Tally) {
+	t.Replays += u.Replays
+	t.Conflicts += u.Conflicts
+	t.Mismatches += u.Mismatches
+	if u.LastReplay.After(t.LastReplay) {
+		t.LastReplay = u.LastReplay
+	}
+	if u.LastRejection.After(t.LastRejection) {
+		t.LastRejection = u.LastRejection
 	}
 }
 

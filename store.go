@@ -64,7 +64,9 @@ type Options struct {
 	// Policy decides what Do does with each outcome. Default DefaultPolicy.
 	Policy Policy
 
-	// Clock is the store's time. Default the wall clock.
+	// Clock is the store's time. Default the system clock (SystemClock),
+	// which the store reads as a wall-clock reading at most a second old
+	// advanced by the monotonic clock: one clock read per request.
 	Clock Clock
 
 	// Observer receives every transition. Default none.
@@ -165,6 +167,15 @@ type Store struct {
 	sweeps    sync.Mutex    // one Sweep at a time
 	counts    tallies       // replays and rejections not yet flushed
 	tallier   Tallier       // the backend, if it keeps counts
+	hot       *hotSet       // the backend's done records in memory, if it keeps them
+	wall      *wallClock    // reads the clock when it is the system clock
+}
+
+// hotBackend is implemented by backends that keep done records in memory
+// (the Badger backend's hot set), so that Begin answers their replays
+// without a backend call.
+type hotBackend interface {
+	hotRecords() *hotSet
 }
 
 // Open opens (or creates) a store in a directory on the embedded Badger
@@ -203,6 +214,12 @@ func New(b Backend, opts *Options) *Store {
 		flushNow: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(Tallier)
+	if _, ok := o.Clock.(systemClock); ok {
+		s.wall = &wallClock{}
+	}
+	if hb, ok := b.(hotBackend); ok {
+		s.hot = hb.hotRecords()
+	}
 	go s.tallyLoop()
 	if s.o.SweepInterval > 0 {
 		go s.background()
@@ -309,7 +326,12 @@ func (s *Store) claimFinished() {
 	s.mu.Unlock()
 }
 
-func (s *Store) now() time.Time { return s.o.Clock.Now() }
+func (s *Store) now() time.Time {
+	if s.wall != nil {
+		return s.wall.now()
+	}
+	return s.o.Clock.Now()
+}
 
 func (s *Store) observe(e Event) {
 	if s.o.Observer == nil {

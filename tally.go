@@ -11,11 +11,20 @@ import (
 // A replay must stay a read: writing a counter on every replay would put
 // the hot path back on the disk's sync. So the Store adds counts up in
 // memory and hands them to a Tallier backend in batches: every
-// tallyInterval, at every Sweep, and at Close. A crash loses at most the
-// counts gathered since the last batch, never a result.
+// tallyInterval (longer when flushes take long, see tallyLoop), at every
+// Sweep, and at Close. A crash loses at most the counts gathered since the
+// last batch, never a result.
+//
+// Replays answered from the Badger backend's hot set, the bulk of them, are
+// counted with atomics in the hot entry itself (hotSet.count): no lock and
+// no map lookup on the replay. Everything else (rejections, replays read
+// from storage) is rarer, and is counted in a map under a mutex.
 
 const (
 	tallyInterval = time.Second
+	// flushSpacing is how many times as long as a flush took the next one
+	// waits, at least tallyInterval.
+	flushSpacing = 20
 	// maxTallies bounds the records counted between two flushes; beyond it
 	// the oldest counts are flushed early rather than memory growing.
 	maxTallies = 1 << 16
@@ -56,17 +65,27 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 	return full
 }
 
-func (t *tallies) take() []Tally {
+// take returns the counts gathered since the last call, and forgets them.
+func (t *tallies) take() map[tallyKey]*Tally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.m) == 0 {
-		return nil
-	}
-	out := make([]Tally, 0, len(t.m))
-	for _, c := range t.m {
+	m := t.m
+	t.m = nil
+	return m
+}
+
+// takeTallies returns the counts gathered since the last call: those of
+// the map, one Tally per record, then those of the backend's hot set, one
+// per counted entry (a record may have two; backends add them up).
+func (s *Store) takeTallies() []Tally {
+	m := s.counts.take()
+	var out []Tally
+	for _, c := range m {
 		out = append(out, *c)
 	}
-	t.m = nil
+	if s.hot != nil {
+		out = s.hot.takeCounts(out)
+	}
 	return out
 }
 
@@ -76,10 +95,16 @@ func (s *Store) count(scope, key string, kind EventKind, at time.Time) {
 		return
 	}
 	if s.counts.add(scope, key, kind, at) {
-		select {
-		case s.flushNow <- struct{}{}:
-		default:
-		}
+		s.flushSoon()
+	}
+}
+
+// flushSoon asks the tally flusher to flush now rather than at its next
+// tick.
+func (s *Store) flushSoon() {
+	select {
+	case s.flushNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -89,7 +114,7 @@ func (s *Store) flushTallies(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	batch := s.counts.take()
+	batch := s.takeTallies()
 	if len(batch) == 0 {
 		return nil
 	}
@@ -97,22 +122,28 @@ func (s *Store) flushTallies(ctx context.Context) error {
 	return err
 }
 
-// tallyLoop flushes counts every tallyInterval until the store stops. It
-// keeps wall-clock time: the cadence of a flush decides nothing, and tests
-// with a fake clock get their counts from Sweep.
+// tallyLoop flushes counts every tallyInterval until the store stops,
+// or less often when flushing takes long: a flush costs in proportion to
+// the records counted since the last, so with replays spread over many
+// keys the next flush waits flushSpacing times as long as this one took,
+// which bounds flushing to a small share of the machine however many keys
+// are replayed. It keeps wall-clock time: the cadence of a flush decides
+// nothing, and tests with a fake clock get their counts from Sweep.
 func (s *Store) tallyLoop() {
 	defer close(s.tallyDone)
-	tick := time.NewTicker(tallyInterval)
-	defer tick.Stop()
+	timer := time.NewTimer(tallyInterval)
+	defer timer.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.flushNow:
-		case <-tick.C:
+		case <-timer.C:
 		}
+		start := time.Now()
 		if err := s.flushTallies(context.Background()); err != nil {
 			s.observeErr("tally", "", "", 0, err)
 		}
+		timer.Reset(max(tallyInterval, flushSpacing*time.Since(start)))
 	}
 }
