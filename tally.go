@@ -20,6 +20,12 @@ const (
 	// maxTallies bounds the records counted between two flushes; beyond it
 	// the oldest counts are flushed early rather than memory growing.
 	maxTallies = 1 << 16
+	// tallyChunk bounds the records one AddTallies call rewrites. Each
+	// counted record is written again, whole, and a Badger transaction
+	// holds 15% of a memtable (614 KiB by default): 128 records of up to
+	// ~4 KiB each fit, where a second's worth of replays of thousands of
+	// keys in one call was refused as too big, and its counts lost.
+	tallyChunk = 128
 )
 
 type tallyKey struct{ scope, key string }
@@ -95,11 +101,17 @@ func (s *Store) flushTallies(ctx context.Context) error {
 		return nil
 	}
 	batch := s.counts.take()
-	if len(batch) == 0 {
-		return nil
+	var first error
+	for len(batch) > 0 {
+		chunk := batch[:min(len(batch), tallyChunk)]
+		batch = batch[len(chunk):]
+		// A chunk that fails loses its counts only; the others still go.
+		_, err := call(s, func() (struct{}, error) { return struct{}{}, t.AddTallies(ctx, chunk) })
+		if first == nil {
+			first = err
+		}
 	}
-	_, err := call(s, func() (struct{}, error) { return struct{}{}, t.AddTallies(ctx, batch) })
-	return err
+	return first
 }
 
 // tallyLoop flushes counts every tallyInterval until the store stops. It
