@@ -3,12 +3,14 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
@@ -67,6 +69,56 @@ func TestBadger_Reopen_KeepsResultsAndNeverRepeatsTokens(t *testing.T) {
 		require.False(t, tokens[c.Token()], "token %d was handed out before the restart", c.Token())
 		require.NoError(t, c.Release(bg, "test"))
 	}
+}
+
+// A store whose tables were written with other table options (Snappy on
+// 4 KiB blocks, the defaults before zstd) reads with the current ones,
+// before and after compaction merges its tables into new ones.
+func TestBadger_Reopen_ReadsTablesOfEarlierOptions(t *testing.T) {
+	dir := t.TempDir()
+	keys := make([]string, 400)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%03d", i)
+	}
+	fill := func(s *idem.Store, keys []string) {
+		t.Helper()
+		for _, k := range keys {
+			_, _, err := s.Do(bg, idem.Request{Key: k}, ok(k))
+			require.NoError(t, err)
+		}
+	}
+	replay := func(s *idem.Store, keys []string) {
+		t.Helper()
+		for _, k := range keys {
+			rec, err := s.Get(bg, "", k)
+			require.NoError(t, err)
+			require.Equal(t, k, string(rec.Result.Body))
+		}
+	}
+	earlier := func(bo *badger.Options) {
+		bo.Compression, bo.BlockSize = options.Snappy, 4<<10
+		bo.BaseTableSize, bo.TableSizeMultiplier = 2<<20, 2
+	}
+	s := openStore(t, dir, &idem.Options{Badger: idem.BadgerOptions{Tune: earlier}})
+	fill(s, keys[:200])
+	require.NoError(t, s.Close()) // flushes the memtable into a Snappy table
+
+	s = openStore(t, dir, nil)
+	replay(s, keys[:200])
+	fill(s, keys[200:])
+	require.NoError(t, s.Close()) // and a zstd table beside it
+
+	// Two tables in level 0 over a limit of one: Flatten merges them (and
+	// no background compaction does it first).
+	s = openStore(t, dir, &idem.Options{Badger: idem.BadgerOptions{Tune: func(bo *badger.Options) {
+		bo.NumLevelZeroTables, bo.NumCompactors = 1, 0
+	}}})
+	db := s.Backend().(*idem.BadgerBackend).DB()
+	before := db.Tables()
+	require.Len(t, before, 2)
+	require.NoError(t, db.Flatten(1))
+	require.NotEqual(t, before, db.Tables(), "compaction rewrote no table")
+	replay(s, keys)
 }
 
 func TestBadger_Open_LockedDirectory(t *testing.T) {

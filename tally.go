@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 )
@@ -43,11 +44,13 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 	if t.m == nil {
 		t.m = map[tallyKey]*Tally{}
 	}
-	k := tallyKey{scope, key}
-	c := t.m[k]
+	c := t.m[tallyKey{scope, key}]
 	if c == nil {
+		// Copies: the caller's strings may share memory with a large
+		// request, which the map would otherwise keep alive.
+		scope, key = strings.Clone(scope), strings.Clone(key)
 		c = &Tally{Scope: scope, Key: key}
-		t.m[k] = c
+		t.m[tallyKey{scope, key}] = c
 	}
 	switch kind {
 	case EventReplayed:

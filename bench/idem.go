@@ -139,45 +139,21 @@ func (st *idemStore) Fill(ctx context.Context, keys []string, result []byte) err
 	if err != nil {
 		return err
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	for range 4 * runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(keys) {
-					return
-				}
-				c, _, err := fast.Begin(ctx, idem.Request{Key: keys[i], Fingerprint: benchFP})
-				if err == nil && c == nil {
-					err = fmt.Errorf("fill: key %q was not absent", keys[i])
-				}
-				if err == nil {
-					err = c.Complete(ctx, idem.Result{Status: 200, Body: result})
-				}
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					next.Store(int64(len(keys)))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	cerr := closeFast()
-	select {
-	case err := <-errs:
+	err = forEachKey(keys, func(k string) error {
+		c, _, err := fast.Begin(ctx, idem.Request{Key: k, Fingerprint: benchFP})
+		if err == nil && c == nil {
+			err = fmt.Errorf("fill: key %q was not absent", k)
+		}
+		if err == nil {
+			err = c.Complete(ctx, idem.Result{Status: 200, Body: result})
+		}
 		return err
-	default:
+	})
+	if cerr := closeFast(); err == nil {
+		err = cerr
 	}
-	if cerr != nil {
-		return cerr
+	if err != nil {
+		return err
 	}
 	st.s, st.closeS, err = st.open(false)
 	return err
@@ -186,10 +162,11 @@ func (st *idemStore) Fill(ctx context.Context, keys []string, result []byte) err
 // Abandon implements Dataset: it claims every key and never completes
 // the claims. When the Badger store is closed (after CloseTimeout) and
 // opened again, the new store knows them for orphans; on PostgreSQL their
-// short lease ends.
+// short lease ends. The claims are taken from many goroutines, so that
+// they share commits, as the peers insert theirs in one transaction.
 func (st *idemStore) Abandon(ctx context.Context, keys []string) error {
 	s := st.store()
-	for _, k := range keys {
+	return forEachKey(keys, func(k string) error {
 		c, _, err := s.Begin(ctx, idem.Request{Key: k, Fingerprint: benchFP, Lease: st.abandonLease})
 		if err != nil {
 			return err
@@ -197,8 +174,36 @@ func (st *idemStore) Abandon(ctx context.Context, keys []string) error {
 		if c == nil {
 			return fmt.Errorf("abandon: key %q was not absent", k)
 		}
+		return nil
+	})
+}
+
+// forEachKey calls fn on every key from 4×GOMAXPROCS goroutines and
+// returns the first error, after which no more keys are started.
+func forEachKey(keys []string, fn func(k string) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range min(len(keys), 4*runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(keys) {
+					return
+				}
+				if err := fn(keys[i]); err != nil {
+					once.Do(func() { first = err })
+					next.Store(int64(len(keys)))
+					return
+				}
+			}
+		}()
 	}
-	return nil
+	wg.Wait()
+	return first
 }
 
 // Sweep implements Dataset with Store.Sweep; the store's Resolver answers

@@ -7,7 +7,7 @@
 //
 // Usage:
 //
-//	cd bench && go run . -quick   # a few minutes, 100,000 retained keys
+//	cd bench && go run . -quick   # a quick look: 100 ms repetitions, 2,000 and 20,000 retained keys
 //	cd bench && go run .          # full mode, about 10 minutes: longer repetitions, 1,000,000 retained keys
 //
 // It writes results/report.md (the tables, the targets of issue 5 judged
@@ -50,7 +50,7 @@ func main() {
 
 func mainErr(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "quick mode: short repetitions, 100,000 retained keys (a few minutes)")
+	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys (a minute or two)")
 	out := fs.String("out", "results", "directory for report.md, results.json and chart.svg")
 	only := fs.String("only", "", "comma-separated contenders to run (default all)")
 	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,replay,hot,dataset,fingerprint,http (default all)")

@@ -68,8 +68,9 @@ func reportMarkdown(r *Results) string {
 		"reference) **measured in the same run**. For rates, a ratio above 1 means faster than idem; for "+
 		"memory, bytes and times, above 1 means more than idem.", r.Plan.Reps)
 	if r.Mode == "quick" {
-		p(" Quick mode: %s per timed repetition, and **%s retained keys instead of 1,000,000** for memory, disk "+
-			"and the large recovery sweep.", r.Plan.Duration, sizeLabel(r.Plan.LargeSize))
+		p(" Quick mode: %s per timed repetition, and **%s and %s retained keys instead of 10k and 1M** for "+
+			"memory, disk and the recovery sweeps.", r.Plan.Duration, sizeLabel(r.Plan.SmallSize),
+			sizeLabel(r.Plan.LargeSize))
 	}
 	p("\n\n> **Noise.** This machine has %d cores and other engineers run builds on it at the same time "+
 		"(load average %s at the start, %s at the end): the figures are noisy, by tens of percent for the "+

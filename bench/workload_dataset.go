@@ -159,8 +159,9 @@ func (s *Suite) datasets(ctx context.Context) error {
 				if c.Portable && !ok {
 					continue // its load failed
 				}
+				start := time.Now()
 				r, err := s.datasetRep(ctx, exe, c, n, seed, src)
-				s.logf("  rep %d dataset %-5s %-15s %s", rep+1, l, c.Name, r.summary(err))
+				s.logf("  rep %d dataset %-5s %-15s %s (%.2fs)", rep+1, l, c.Name, r.summary(err), time.Since(start).Seconds())
 				s.addDataset(c, n, ids, r, err)
 			}
 		}
