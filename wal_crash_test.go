@@ -59,7 +59,7 @@ func TestWALCrash_AcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 			}
 		}
 		_ = cmd.Wait()
-		require.Greater(t, lines, 300, "round %d: the child acknowledged too little before the kill", round)
+		require.GreaterOrEqual(t, lines, 300+97*round, "round %d: the child stopped before it was killed", round)
 
 		s, err := idem.Open(dir, &idem.Options{SweepInterval: -1, CloseTimeout: time.Millisecond})
 		require.NoError(t, err, "round %d: reopen after SIGKILL", round)
