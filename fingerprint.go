@@ -684,10 +684,12 @@ value:
 		// Plain ASCII text of up to 31 bytes, the most a one-byte tag
 		// holds: the closing quote is found in registers, 16 bytes at a
 		// time, and the text copied in words whatever its length.
-		if i+17 > len(body) {
-			return n, i, atValue
+		var text *[16]byte
+		if i+17 <= len(body) {
+			text = (*[16]byte)(body[i+1 : i+17])
+		} else {
+			text = tail(body, i+1)
 		}
-		text := (*[16]byte)(body[i+1 : i+17])
 		w0 := binary.LittleEndian.Uint64(text[:8])
 		w1 := binary.LittleEndian.Uint64(text[8:])
 		dst := (*[33]byte)(out[n : n+33])
@@ -856,11 +858,16 @@ value:
 
 name:
 	// As for a value string above, and the name's member recorded.
-	if i+17 > len(body) || len(out)-n < fastRoom || body[i] != '"' || len(st.members) == cap(st.members) {
+	if i >= len(body) || len(out)-n < fastRoom || body[i] != '"' || len(st.members) == cap(st.members) {
 		return n, i, atName
 	}
 	{
-		text := (*[16]byte)(body[i+1 : i+17])
+		var text *[16]byte
+		if i+17 <= len(body) {
+			text = (*[16]byte)(body[i+1 : i+17])
+		} else {
+			text = tail(body, i+1)
+		}
 		w0 := binary.LittleEndian.Uint64(text[:8])
 		w1 := binary.LittleEndian.Uint64(text[8:])
 		dst := (*[33]byte)(out[n : n+33])
@@ -979,6 +986,18 @@ after:
 		goto after
 	}
 	return n, i, atAfter
+}
+
+// tail returns the bytes of body from i on, fewer than 16, in a 16-byte
+// array padded with zeros: a string's text near the end of the body, for
+// the word-at-a-time search of scan. The zeros are control characters, so
+// the search stops at them and never takes them for a closing quote.
+func tail(body []byte, i int) *[16]byte {
+	var t [16]byte
+	for k := 0; k < 16 && i+k < len(body); k++ {
+		t[k] = body[i+k]
+	}
+	return &t
 }
 
 // colon skips the colon after a member name, and the space around it, from
