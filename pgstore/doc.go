@@ -75,7 +75,8 @@
 // The records table is expected to be used under READ COMMITTED, the
 // PostgreSQL default. Under REPEATABLE READ or SERIALIZABLE the statements
 // stay correct, but concurrent claims fail with serialization errors more
-// often; they are retried a few times, then reported as unavailable.
+// often; they are retried with a jittered back-off (up to eight attempts
+// within the statement timeout), then reported as unavailable.
 //
 // The hand-out deadline is computed from the sweeping instance's clock and
 // compared with the others' clocks: keep the instances' clocks within a

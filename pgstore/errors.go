@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,8 +14,14 @@ import (
 // maxRetries bounds how often run repeats a call whose statement certainly
 // had no effect: a serialization failure, a deadlock, or a connection that
 // failed before anything was sent (a pooled connection the server had
-// closed, as after a failover).
-const maxRetries = 3
+// closed, as after a failover). Between attempts it waits a jittered
+// back-off, from retryBase doubling to at most retryMax, so that
+// transactions that failed each other do not collide again at once.
+const (
+	maxRetries = 8
+	retryBase  = time.Millisecond
+	retryMax   = 50 * time.Millisecond
+)
 
 // run calls fn with a context bounded by the statement timeout, repeats it
 // while its error is certain to have left nothing behind, and maps the
@@ -32,6 +40,14 @@ func (b *Backend) run(ctx context.Context, op string, fn func(ctx context.Contex
 		err = fn(qctx)
 		if err == nil || attempt+1 >= maxRetries || qctx.Err() != nil || !retryable(err) {
 			break
+		}
+		wait := min(retryBase<<attempt, retryMax)
+		wait = wait/2 + rand.N(wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-qctx.Done():
+			t.Stop()
 		}
 	}
 	if err != nil && qctx.Err() != nil && !errors.Is(err, qctx.Err()) {
