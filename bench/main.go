@@ -50,7 +50,7 @@ func main() {
 
 func mainErr(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys (a minute or two)")
+	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys (about a minute)")
 	out := fs.String("out", "results", "directory for report.md, results.json and chart.svg")
 	only := fs.String("only", "", "comma-separated contenders to run (default all)")
 	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,replay,hot,dataset,fingerprint,http (default all)")
