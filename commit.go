@@ -261,21 +261,17 @@ func (b *BadgerBackend) run(u *unit, o op, ready <-chan struct{}, units chan<- *
 	// others. Nothing of this unit was committed, so what they read holds.
 	u.txn.Discard()
 	u.txn = b.db.NewTransaction(true)
-	for j, bw := range u.bufs {
+	for _, bw := range u.bufs {
 		if bw == nil {
 			continue
 		}
 		if rerr := apply(u.txn, bw); rerr != nil {
-			// What fit before must fit again; if not, give up the unit.
+			// What fit before must fit again; if not, give up the unit's
+			// writes.
 			u.txn.Discard()
 			u.txn = b.db.NewTransaction(true)
-			for k := range u.bufs[j:] {
-				if u.bufs[j+k] != nil {
-					u.results[j+k], u.bufs[j+k] = unavailable("commit", rerr), nil
-				}
-			}
-			for k := range u.bufs[:j] {
-				if u.bufs[k] != nil {
+			for k, w := range u.bufs {
+				if w != nil {
 					u.results[k], u.bufs[k] = unavailable("commit", rerr), nil
 				}
 			}
@@ -565,16 +561,9 @@ func (b *BadgerBackend) checkpoint() error {
 func apply(txn *badger.Txn, w *wtxn) error {
 	var err error
 	w.each(func(key, val []byte, del bool, expiresAt uint64) {
-		if err != nil {
-			return
+		if err == nil {
+			err = setEntry(txn, walEntry{del: del, key: key, val: val, expiresAt: expiresAt})
 		}
-		if del {
-			err = txn.Delete(key)
-			return
-		}
-		ne := badger.NewEntry(key, val)
-		ne.ExpiresAt = expiresAt
-		err = txn.SetEntry(ne)
 	})
 	return err
 }

@@ -286,25 +286,20 @@ func (w *wal) begin() {
 
 // add appends an op's buffered writes to the frame being built.
 func (w *wal) add(t *wtxn) {
-	wi, di := 0, 0
-	for _, isWrite := range t.order {
-		if isWrite {
-			e := t.writes[wi]
-			wi++
-			w.buf = append(w.buf, walSet)
-			w.buf = binary.AppendUvarint(w.buf, uint64(len(e.Key)))
-			w.buf = append(w.buf, e.Key...)
-			w.buf = binary.AppendUvarint(w.buf, uint64(len(e.Value)))
-			w.buf = append(w.buf, e.Value...)
-			w.buf = binary.AppendUvarint(w.buf, e.ExpiresAt)
-		} else {
-			k := t.dels[di]
-			di++
+	t.each(func(key, val []byte, del bool, expiresAt uint64) {
+		if del {
 			w.buf = append(w.buf, walDelete)
-			w.buf = binary.AppendUvarint(w.buf, uint64(len(k)))
-			w.buf = append(w.buf, k...)
+			w.buf = binary.AppendUvarint(w.buf, uint64(len(key)))
+			w.buf = append(w.buf, key...)
+			return
 		}
-	}
+		w.buf = append(w.buf, walSet)
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(key)))
+		w.buf = append(w.buf, key...)
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(val)))
+		w.buf = append(w.buf, val...)
+		w.buf = binary.AppendUvarint(w.buf, expiresAt)
+	})
 }
 
 // full reports whether the frame being built no longer fits after the

@@ -63,6 +63,20 @@ func forget(t *testing.T, b *BadgerBackend, keys ...string) {
 	}
 }
 
+// readLog returns the log as a crash at this point would leave it.
+func readLog(t *testing.T, dir string) []byte {
+	t.Helper()
+	log, err := os.ReadFile(filepath.Join(dir, walName))
+	require.NoError(t, err)
+	return log
+}
+
+// writeLog puts back a log read by readLog, undoing the checkpoints since.
+func writeLog(t *testing.T, dir string, log []byte) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+}
+
 func walGet(t *testing.T, b *BadgerBackend, key string) *Record {
 	t.Helper()
 	rec, err := b.Get(context.Background(), "", key)
@@ -79,12 +93,11 @@ func TestWAL_ReplayRestoresWhatBadgerLost(t *testing.T) {
 	walDo(t, b, "k1", []byte("one"))
 	walDo(t, b, "k2", []byte("two"))
 	// The log as a crash would leave it: the frames of both cycles.
-	log, err := os.ReadFile(filepath.Join(dir, walName))
-	require.NoError(t, err)
+	log := readLog(t, dir)
 	forget(t, b, "k1", "k2")
 	require.Nil(t, walGet(t, b, "k1"))
 	require.NoError(t, b.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	writeLog(t, dir, log)
 
 	b = walOpen(t, dir, Durable)
 	for k, body := range map[string]string{"k1": "one", "k2": "two"} {
@@ -109,14 +122,13 @@ func TestWAL_TornTailIsDropped(t *testing.T) {
 	claimEnd := b.wal.off
 	walComplete(t, b, "k2", token, []byte("two"))
 	end := b.wal.off
-	log, err := os.ReadFile(filepath.Join(dir, walName))
-	require.NoError(t, err)
+	log := readLog(t, dir)
 	require.Greater(t, end, claimEnd)
 	// A crash while writing the completion's frame: its last byte torn.
 	log[end-1] ^= 0xff
 	forget(t, b, "k1", "k2")
 	require.NoError(t, b.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	writeLog(t, dir, log)
 
 	b = walOpen(t, dir, Durable)
 	require.Equal(t, StateDone, walGet(t, b, "k1").State)
@@ -152,11 +164,10 @@ func TestWAL_FullLogCheckpointsAndLargeFramesGrowIt(t *testing.T) {
 	huge := bytes.Repeat([]byte("y"), walSize+1<<20)
 	walDo(t, b, "huge", huge)
 	require.Greater(t, b.wal.size, int64(walSize))
-	log, err := os.ReadFile(filepath.Join(dir, walName))
-	require.NoError(t, err)
+	log := readLog(t, dir)
 	forget(t, b, "huge")
 	require.NoError(t, b.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	writeLog(t, dir, log)
 
 	b = walOpen(t, dir, Durable)
 	for _, k := range []string{"a", "b", "c", "d"} {
@@ -188,11 +199,10 @@ func TestWAL_FastStoreReplaysALogLeftByDurable(t *testing.T) {
 	dir := t.TempDir()
 	b := walOpen(t, dir, Durable)
 	walDo(t, b, "k1", []byte("one"))
-	log, err := os.ReadFile(filepath.Join(dir, walName))
-	require.NoError(t, err)
+	log := readLog(t, dir)
 	forget(t, b, "k1")
 	require.NoError(t, b.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	writeLog(t, dir, log)
 
 	b = walOpen(t, dir, Fast)
 	require.Nil(t, b.wal, "a Fast store writes no log")
@@ -227,20 +237,17 @@ func TestWAL_ReadOnlyOpenRefusesUnappliedFrames(t *testing.T) {
 	dir := t.TempDir()
 	b := walOpen(t, dir, Durable)
 	walDo(t, b, "k1", []byte("one"))
-	log, err := os.ReadFile(filepath.Join(dir, walName))
-	require.NoError(t, err)
+	log := readLog(t, dir)
 	require.NoError(t, b.Close())
 	ro, err := OpenBadger(dir, BadgerOptions{ReadOnly: true})
 	require.NoError(t, err, "a cleanly closed store opens read-only")
 	require.NoError(t, ro.Close())
 
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	writeLog(t, dir, log)
 	_, err = OpenBadger(dir, BadgerOptions{ReadOnly: true})
 	require.ErrorIs(t, err, ErrUnclean)
 	require.ErrorIs(t, err, ErrUnavailable)
-	log2, err := os.ReadFile(filepath.Join(dir, walName))
-	require.NoError(t, err)
-	require.Equal(t, log, log2, "a read-only open writes nothing")
+	require.Equal(t, log, readLog(t, dir), "a read-only open writes nothing")
 
 	b = walOpen(t, dir, Durable)
 	require.NoError(t, b.Close())
