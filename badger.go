@@ -125,6 +125,9 @@ type BadgerBackend struct {
 	ops           chan op
 	stopped       chan struct{}
 	committerDone chan struct{}
+	// testLog and testApply, when set by a test, run on the syncer
+	// before it logs a unit and on the applier before it commits one.
+	testLog, testApply func(seq uint64)
 
 	// lastToken is the highest fencing token handed out. Only the
 	// committer reads or writes it, and it persists it with the claims.
@@ -502,12 +505,11 @@ func (b *BadgerBackend) put(txn *wtxn, id []byte, rec *Record, ttlFrom time.Time
 	if err != nil {
 		return err
 	}
-	e := badger.NewEntry(withPrefix(prefixRecord, id), v)
-	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
-		e = e.WithTTL(max(rec.ExpiresAt.Sub(ttlFrom), 0) + reclaimGrace)
-	}
 	b.forgetTallied(id)
-	return txn.SetEntry(e)
+	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
+		return txn.SetTTL(withPrefix(prefixRecord, id), v, max(rec.ExpiresAt.Sub(ttlFrom), 0)+reclaimGrace)
+	}
+	return txn.Set(withPrefix(prefixRecord, id), v)
 }
 
 func (b *BadgerBackend) setOpen(id []byte, rec *Record) {
@@ -594,7 +596,10 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 	if err != nil {
 		return nil, false, unavailable("claim", err)
 	}
-	return out.Clone(), claimed, nil
+	// out was decoded or built by this op and is referenced by nothing
+	// else once the op is answered (its onCommit hooks have run): the
+	// caller may have it.
+	return out, claimed, nil
 }
 
 // fenced runs fn on the record of (scope, key) if it is in progress with
@@ -627,22 +632,22 @@ func (b *BadgerBackend) fenced(ctx context.Context, op, scope, key string, token
 // Complete implements Backend.
 func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token uint64, c Completion) error {
 	return b.fenced(ctx, "complete", scope, key, token, c.At, func(txn *wtxn, id []byte, rec *Record) error {
-		res := c.Result
-		rec.State, rec.Result = StateDone, &res
+		// A copy of the caller's result: the hot set keeps rec.
+		rec.State, rec.Result = StateDone, c.Result.clone()
 		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
 		outcome := "completed"
 		if c.Recovered != "" {
 			outcome = "recovered: " + c.Recovered
 		}
 		rec.EndAttempt(token, c.At, outcome, "", c.Result.Status)
-		done := rec.Clone()
-		txn.onCommit(func() { b.hot.put(id, done) })
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+		// rec is what is stored, and nothing changes it after this op:
+		// the hot set may keep it as it is.
+		txn.onCommit(func() { b.hot.put(id, rec) })
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
 			return err
 		}
-		return txn.SetEntry(badger.NewEntry(expiryKey(c.ExpiresAt, id), nil).
-			WithTTL(max(c.ExpiresAt.Sub(c.At), 0) + reclaimGrace))
+		return txn.SetTTL(expiryKey(c.ExpiresAt, id), nil, max(c.ExpiresAt.Sub(c.At), 0)+reclaimGrace)
 	})
 }
 
@@ -656,8 +661,7 @@ func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token ui
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
 			return err
 		}
-		return txn.SetEntry(badger.NewEntry(expiryKey(r.ExpiresAt, id), nil).
-			WithTTL(max(r.ExpiresAt.Sub(r.At), 0) + reclaimGrace))
+		return txn.SetTTL(expiryKey(r.ExpiresAt, id), nil, max(r.ExpiresAt.Sub(r.At), 0)+reclaimGrace)
 	})
 }
 
@@ -710,16 +714,25 @@ func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, er
 	}
 	var rec *Record
 	id := recordID(scope, key)
+	// The writes not yet in Badger are looked up before the transaction
+	// begins: one that leaves the overlay after this is committed before
+	// the transaction's snapshot is taken.
+	pendingRec, inLog := b.durableWrite(withPrefix(prefixRecord, id))
+	pendingCounts, countsInLog := b.durableWrite(withPrefix(prefixCounts, id))
 	err := b.db.View(func(txn *badger.Txn) error {
 		var err error
-		if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
-			rec, err = overlayRecord(e)
+		if inLog {
+			rec, err = overlayRecord(pendingRec)
 		} else {
 			rec, err = getRecord(txn, id)
 		}
 		if err == nil && rec != nil {
 			var t Tally
-			t, err = b.readCounts(txn, id)
+			if countsInLog {
+				t = overlayCounts(pendingCounts)
+			} else {
+				t, err = getCounts(txn, id)
+			}
 			rec.Apply(t)
 		}
 		return err
@@ -967,18 +980,14 @@ func getCounts(txn getter, id []byte) (Tally, error) {
 	return t, err
 }
 
-// readCounts reads the counts beside the record of id outside the
-// committer, as Get reads the record: a durable write not yet in Badger
-// first, then txn.
-func (b *BadgerBackend) readCounts(txn *badger.Txn, id []byte) (Tally, error) {
-	if e, ok := b.durableWrite(withPrefix(prefixCounts, id)); ok {
-		if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
-			return Tally{}, nil
-		}
-		t, _ := decodeCounts(e.val)
-		return t, nil
+// overlayCounts decodes an overlay write of counts as Badger would answer
+// for it once committed; none or corrupt ones read as zero.
+func overlayCounts(e overlayEntry) Tally {
+	if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
+		return Tally{}
 	}
-	return getCounts(txn, id)
+	t, _ := decodeCounts(e.val)
+	return t
 }
 
 // get reads key as the op's turn sees it (like record): its value, its

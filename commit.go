@@ -13,12 +13,14 @@ import (
 // A synced store that commits each claim on its own is bound to the disk's
 // sync rate, shared by every goroutine. So every read-modify-write of the
 // backend runs as an op on one committer goroutine, which runs the ops
-// into a unit (one transaction), and a syncer goroutine makes whole units
-// durable: one log frame and one sync (wal.go), then one Badger commit.
-// The two overlap: while the syncer syncs unit N, the committer runs the
+// into a unit (one transaction); a syncer goroutine makes whole units
+// durable, one log frame and one synced write each (wal.go), and answers
+// their ops; an applier goroutine then commits them to Badger, in order.
+// The three overlap: while the syncer syncs unit N, the committer runs the
 // ops that arrive into unit N+1, and hands it over as soon as the syncer
-// is free. Under load a unit holds every op that arrived during the last
-// sync, and the syncs are shared by all of them.
+// is free, and the applier commits unit N-1. Under load a unit holds
+// every op that arrived during the last sync, and the syncs are shared by
+// all of them; a unit's Badger commit never delays the next unit's sync.
 //
 // Why this keeps the contract:
 //
@@ -44,7 +46,11 @@ import (
 //     commit follows while their callers go on; until it lands, readers
 //     outside the committer (Get, the replay path) find the unit's writes
 //     in the overlay. They never see a write that is not yet durable, and
-//     always see one that was answered. Under Fast, there is no log: a
+//     always see one that was answered: when units in the pipeline wrote
+//     one key, the overlay keeps each pending write, and readers take the
+//     latest durable one. They look in the overlay before their Badger
+//     transaction begins, so a write that leaves the overlay meanwhile is
+//     in their snapshot. Under Fast, there is no log: a
 //     unit is answered once Badger holds it.
 //   - Failure. If a unit's log write, sync or commit fails, its ops get the
 //     error (wrapping ErrUnavailable), their in-memory side effects (the
@@ -64,6 +70,7 @@ const maxGroup = 256
 // unit is one group: the ops run in one transaction, committed together.
 type unit struct {
 	seq     uint64
+	state   int         // how the syncer left it, for the applier
 	txn     *badger.Txn // nil until the first op runs
 	ops     []op
 	results []error
@@ -72,23 +79,26 @@ type unit struct {
 }
 
 // overlayEntry is a write of a unit handed to the syncer and not yet
-// committed to Badger.
+// committed to Badger. Several units in the pipeline may have written one
+// key: the latest write is in the overlay, and older ones still pending
+// hang from it, newest first, for readers that must not see the latest
+// before it is durable.
 type overlayEntry struct {
 	val       []byte
 	del       bool
 	expiresAt uint64 // Badger's TTL, unix seconds; 0 for none
 	seq       uint64
+	older     *overlayEntry
 }
 
 // wtxn is what an op sees: reads through its unit, writes buffered until
 // the op succeeds, so that a failed op writes nothing.
 type wtxn struct {
-	b      *BadgerBackend
-	u      *unit
-	writes []*badger.Entry
-	dels   [][]byte
-	order  []bool // true: next entry of writes; false: next of dels
-	after  []func()
+	b     *BadgerBackend
+	u     *unit
+	ents  []walEntry // the buffered writes, in order
+	keys  []string   // ents' keys as strings, once the op is kept
+	after []func()
 }
 
 // onCommit arranges for fn to run once the op's writes are committed, in
@@ -110,35 +120,35 @@ func (w *wtxn) record(id []byte) (*Record, error) {
 }
 
 // Set buffers a write.
-func (w *wtxn) Set(key, value []byte) error { return w.SetEntry(badger.NewEntry(key, value)) }
+func (w *wtxn) Set(key, value []byte) error {
+	w.ents = append(w.ents, walEntry{key: key, val: value})
+	return nil
+}
 
-// SetEntry buffers a write.
+// SetEntry buffers a write with its expiry.
 func (w *wtxn) SetEntry(e *badger.Entry) error {
-	w.writes = append(w.writes, e)
-	w.order = append(w.order, true)
+	w.ents = append(w.ents, walEntry{key: e.Key, val: e.Value, expiresAt: e.ExpiresAt})
+	return nil
+}
+
+// SetTTL buffers a write that Badger drops ttl from now, as
+// badger.Entry.WithTTL sets it.
+func (w *wtxn) SetTTL(key, value []byte, ttl time.Duration) error {
+	w.ents = append(w.ents, walEntry{key: key, val: value, expiresAt: uint64(time.Now().Add(ttl).Unix())})
 	return nil
 }
 
 // Delete buffers a deletion.
 func (w *wtxn) Delete(key []byte) error {
-	w.dels = append(w.dels, key)
-	w.order = append(w.order, false)
+	w.ents = append(w.ents, walEntry{key: key, del: true})
 	return nil
 }
 
 // each calls fn for every buffered write, in order; val is nil for a
 // deletion.
 func (w *wtxn) each(fn func(key, val []byte, del bool, expiresAt uint64)) {
-	wi, di := 0, 0
-	for _, isWrite := range w.order {
-		if isWrite {
-			e := w.writes[wi]
-			wi++
-			fn(e.Key, e.Value, false, e.ExpiresAt)
-		} else {
-			fn(w.dels[di], nil, true, 0)
-			di++
-		}
+	for _, e := range w.ents {
+		fn(e.key, e.val, e.del, e.expiresAt)
 	}
 }
 
@@ -248,7 +258,7 @@ func (b *BadgerBackend) run(u *unit, o op, ready <-chan struct{}, units chan<- *
 	if errors.Is(err, errNoWrite) {
 		err = nil
 	}
-	if err != nil || len(w.order) == 0 {
+	if err != nil || len(w.ents) == 0 {
 		u.add(o, err, nil)
 		return u
 	}
@@ -305,7 +315,11 @@ func (u *unit) add(o op, err error, w *wtxn) {
 	u.results = append(u.results, err)
 	u.bufs = append(u.bufs, w)
 	if w != nil {
-		w.each(func(key, _ []byte, _ bool, _ uint64) { u.written[string(key)] = struct{}{} })
+		w.keys = make([]string, len(w.ents))
+		for i, e := range w.ents {
+			w.keys[i] = string(e.key)
+			u.written[w.keys[i]] = struct{}{}
+		}
 	}
 }
 
@@ -323,10 +337,19 @@ func (b *BadgerBackend) seal(u *unit) *unit {
 		if w == nil {
 			continue
 		}
-		w.each(func(key, val []byte, del bool, expiresAt uint64) {
-			b.overlay[string(key)] = overlayEntry{val: val, del: del, expiresAt: expiresAt, seq: u.seq}
-			b.sealed = append(b.sealed, sealedKey{string(key), u.seq})
-		})
+		for i, we := range w.ents {
+			k := w.keys[i]
+			e := overlayEntry{val: we.val, del: we.del, expiresAt: we.expiresAt, seq: u.seq}
+			if prev, ok := b.overlay[k]; ok {
+				if prev.seq == u.seq {
+					e.older = prev.older // a later op of the same unit
+				} else {
+					e.older = &prev
+				}
+			}
+			b.overlay[k] = e
+			b.sealed = append(b.sealed, sealedKey{k, u.seq})
+		}
 	}
 	return u
 }
@@ -350,8 +373,21 @@ func (b *BadgerBackend) retire() {
 	i := 0
 	for ; i < len(b.sealed) && b.sealed[i].seq <= done; i++ {
 		k := b.sealed[i]
-		if e, ok := b.overlay[k.key]; ok && e.seq == k.seq {
+		e, ok := b.overlay[k.key]
+		switch {
+		case !ok:
+		case e.seq <= done:
 			delete(b.overlay, k.key)
+		default:
+			// A later unit wrote the key again: drop the older writes
+			// that Badger now holds.
+			for n := &e; n.older != nil; n = n.older {
+				if n.older.seq <= done {
+					n.older = nil
+					break
+				}
+			}
+			b.overlay[k.key] = e
 		}
 	}
 	if i > 0 {
@@ -359,33 +395,46 @@ func (b *BadgerBackend) retire() {
 	}
 }
 
+// applyDepth bounds the units synced to the log and waiting for their
+// Badger commit: past it, the syncer waits for the applier.
+const applyDepth = 8
+
 // syncer finishes the units the committer hands it, one at a time: it
-// asks for the next by sending on ready.
+// asks for the next by sending on ready. It hands every unit on to the
+// applier, in order, once its ops are answered.
 func (b *BadgerBackend) syncer(ready chan<- struct{}, units <-chan *unit, quit <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
+	applied := make(chan *unit, applyDepth)
+	applierDone := make(chan struct{})
+	go b.applier(applied, applierDone)
+	defer func() {
+		close(applied)
+		<-applierDone
+	}()
 	for {
 		select {
 		case ready <- struct{}{}:
-			b.finish(<-units)
+			u := <-units
+			b.finish(u)
+			applied <- u
 		case <-quit:
 			return
 		}
 	}
 }
 
-// finish makes u durable and visible, then answers its ops: the log frame
-// and its sync (Durable), the Badger commit, the ops' onCommit hooks in
-// order. If any step fails, the store stops writing until it is reopened
-// (brokenErr): later units read u's writes from the overlay, so they cannot
-// go on as if u had not been.
+// finish makes u durable and answers its ops: the log frame and its sync
+// (Durable), or the Badger commit (Fast), then the ops' onCommit hooks in
+// order. Under Durable the applier commits u to Badger afterwards, while
+// the ops' callers go on and the syncer logs the next unit. If any step
+// fails, the store stops writing until it is reopened (brokenErr): later
+// units read u's writes from the overlay, so they cannot go on as if u
+// had not been.
 func (b *BadgerBackend) finish(u *unit) {
 	fail := func(err error) {
 		// Nothing of u is durable or answered: readers never look at its
-		// overlay entries, and the committer may retire them.
-		b.retired.Store(u.seq)
-		if u.txn != nil {
-			u.txn.Discard()
-		}
+		// overlay entries, and the applier lets the committer retire them.
+		u.state = unitFailed
 		for i := range u.ops {
 			if u.results[i] == nil || u.bufs[i] != nil {
 				u.results[i] = err
@@ -401,42 +450,79 @@ func (b *BadgerBackend) finish(u *unit) {
 	for _, w := range u.bufs {
 		wrote = wrote || w != nil
 	}
-	if !wrote {
-		if u.txn != nil {
-			u.txn.Discard()
-		}
-		b.answer(u)
-		b.retired.Store(u.seq)
-		return
-	}
-	if b.wal == nil {
+	switch {
+	case !wrote:
+		u.state = unitEmpty
+	case b.wal == nil:
 		// Fast: a write counts once Badger holds it.
 		if err := u.txn.Commit(); err != nil {
 			fail(b.breakWith(fmt.Errorf("commit: %w", err)))
 			return
 		}
-		b.answer(u)
-		b.retired.Store(u.seq)
-		return
+		u.state = unitCommitted
+	default:
+		if b.testLog != nil {
+			b.testLog(u.seq)
+		}
+		if err := b.logUnit(u); err != nil {
+			fail(b.breakWith(err))
+			return
+		}
+		// Durable once synced: answer now, and let the applier commit to
+		// Badger. Until it does, readers find the unit's writes in the
+		// overlay (durableWrite).
+		b.durable.Store(u.seq)
+		u.state = unitLogged
 	}
-	if err := b.logUnit(u); err != nil {
-		fail(b.breakWith(err))
-		return
-	}
-	// Durable once synced: answer now, and commit to Badger while the
-	// callers go on. Until the commit, readers find the unit's writes in
-	// the overlay (durableWrite). A failed commit leaves them there and
-	// stops writing; the log holds them for the reopen.
-	b.durable.Store(u.seq)
 	b.answer(u)
-	if err := u.txn.Commit(); err != nil {
-		// Not retired: readers keep finding the writes in the overlay.
-		b.breakWith(fmt.Errorf("commit: %w", err))
+}
+
+// The states in which the syncer hands a unit to the applier.
+const (
+	unitFailed    = iota + 1 // nothing of it holds; its ops got the error
+	unitEmpty                // it wrote nothing
+	unitCommitted            // Badger holds it (Fast)
+	unitLogged               // durable in the log, to commit to Badger
+)
+
+// applier commits logged units to Badger in the order they were synced,
+// and marks each unit retired once Badger holds it (or once nothing of it
+// is to hold), in order, so that the committer drops a unit's writes from
+// the overlay only when a transaction begun afterwards reads them from
+// Badger. After a failed commit it commits nothing more and retires
+// nothing: readers keep finding the durable writes in the overlay, and
+// the log holds them for the reopen.
+func (b *BadgerBackend) applier(units <-chan *unit, done chan<- struct{}) {
+	defer close(done)
+	stuck := false // a logged unit is not in Badger: retire nothing more
+	for u := range units {
+		switch {
+		case u.state == unitLogged && !stuck && b.brokenErr() == nil:
+			if b.testApply != nil {
+				b.testApply(u.seq)
+			}
+			if err := u.txn.Commit(); err != nil {
+				b.breakWith(fmt.Errorf("commit: %w", err))
+				stuck = true
+			}
+		case u.state == unitLogged:
+			u.txn.Discard()
+			stuck = true
+		case u.state != unitCommitted && u.txn != nil:
+			u.txn.Discard()
+		}
+		if !stuck {
+			b.retired.Store(u.seq)
+		}
 		b.settled()
-		return
 	}
-	b.retired.Store(u.seq)
-	b.settled()
+}
+
+// waitApplied waits until Badger holds every unit synced to the log, or
+// returns the error that stopped writing.
+func (b *BadgerBackend) waitApplied() error {
+	b.settle()
+	return b.brokenErr()
 }
 
 // settle waits until Badger holds every answered write, for readers that
@@ -487,12 +573,15 @@ func (b *BadgerBackend) durableWrite(key []byte) (overlayEntry, bool) {
 		return overlayEntry{}, false // every durable unit is in Badger
 	}
 	b.overlayMu.RLock()
+	defer b.overlayMu.RUnlock()
 	e, ok := b.overlay[string(key)]
-	b.overlayMu.RUnlock()
-	if !ok || e.seq > d {
-		return overlayEntry{}, false
+	for ok && e.seq > d {
+		if e.older == nil {
+			return overlayEntry{}, false
+		}
+		e = *e.older
 	}
-	return e, true
+	return e, ok
 }
 
 // overlayRecord decodes an overlay write of a record as Badger would
@@ -536,6 +625,11 @@ func (b *BadgerBackend) logUnit(u *unit) error {
 		}
 	}
 	if w.full() {
+		// The log may start afresh only once Badger holds, and has
+		// synced, everything logged so far.
+		if err := b.waitApplied(); err != nil {
+			return err
+		}
 		if err := b.checkpoint(); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
@@ -559,11 +653,10 @@ func (b *BadgerBackend) checkpoint() error {
 // apply writes an op's buffered writes into txn, in order, as fresh
 // entries (an entry given to a discarded transaction is not reused).
 func apply(txn *badger.Txn, w *wtxn) error {
-	var err error
-	w.each(func(key, val []byte, del bool, expiresAt uint64) {
-		if err == nil {
-			err = setEntry(txn, walEntry{del: del, key: key, val: val, expiresAt: expiresAt})
+	for _, e := range w.ents {
+		if err := setEntry(txn, e); err != nil {
+			return err
 		}
-	})
-	return err
+	}
+	return nil
 }

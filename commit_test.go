@@ -134,3 +134,65 @@ func TestCommit_PipelineUnderContention(t *testing.T) {
 		})
 	}
 }
+
+// TestCommit_ReadersSeeTheDurableWriteWhileALaterOneIsPending holds a
+// claim's unit between its log sync and its Badger commit, and the unit of
+// the key's completion before its log sync: readers outside the committer
+// must find the claim (durable, answered) and not the completion (not yet
+// durable), although the overlay's latest write of the key is the
+// completion's.
+func TestCommit_ReadersSeeTheDurableWriteWhileALaterOneIsPending(t *testing.T) {
+	b, err := OpenBadger(t.TempDir(), BadgerOptions{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Now()
+
+	applyHeld, releaseApply := make(chan uint64, 8), make(chan struct{})
+	logHeld, releaseLog := make(chan uint64, 8), make(chan struct{})
+	var release sync.Once
+	releaseAll := func() {
+		release.Do(func() {
+			close(releaseLog)
+			close(releaseApply)
+		})
+	}
+	defer func() {
+		releaseAll() // a failed check must not leave Close waiting
+		b.Close()
+	}()
+	b.testApply = func(seq uint64) {
+		applyHeld <- seq
+		<-releaseApply
+	}
+	rec, claimed, err := b.Claim(ctx, "s", "k", ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour})
+	require.NoError(t, err)
+	require.True(t, claimed)
+	<-applyHeld // the claim is answered, and Badger does not hold it
+
+	b.testLog = func(seq uint64) {
+		logHeld <- seq
+		<-releaseLog
+	}
+	completed := make(chan error, 1)
+	go func() {
+		completed <- b.Complete(ctx, "s", "k", rec.Token, Completion{
+			Result: Result{Status: 200, Body: []byte("ok")}, At: now, ExpiresAt: now.Add(time.Hour)})
+	}()
+	<-logHeld // the completion is sealed into the overlay, not yet durable
+
+	got, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err, "the claim was answered: Get must find it")
+	require.Equal(t, StateInProgress, got.State)
+	require.Equal(t, rec.Token, got.Token)
+	seen, claimed, err := b.Claim(ctx, "s", "k", ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour})
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, StateInProgress, seen.State, "a repeat sees the claim, not the completion")
+
+	b.testLog, b.testApply = nil, nil
+	releaseAll()
+	require.NoError(t, <-completed)
+	got, err = b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, StateDone, got.State)
+}

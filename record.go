@@ -218,27 +218,31 @@ func (r *Record) Expired(now time.Time) bool {
 func (r *Record) Clone() *Record {
 	c := *r
 	if r.Result != nil {
-		res := *r.Result
-		if r.Result.Header != nil {
-			// One backing array for every value: a replay clones this on
-			// its hot path.
-			n := 0
-			for _, v := range r.Result.Header {
-				n += len(v)
-			}
-			values := make([]string, 0, n)
-			res.Header = make(map[string][]string, len(r.Result.Header))
-			for k, v := range r.Result.Header {
-				start := len(values)
-				values = append(values, v...)
-				res.Header[k] = values[start:len(values):len(values)]
-			}
-		}
-		res.Body = append([]byte(nil), r.Result.Body...)
-		c.Result = &res
+		c.Result = r.Result.clone()
 	}
 	c.Attempts = append([]Attempt(nil), r.Attempts...)
 	return &c
+}
+
+// clone returns a deep copy of r.
+func (r *Result) clone() *Result {
+	res := *r
+	if r.Header != nil {
+		// One backing array for every value.
+		n := 0
+		for _, v := range r.Header {
+			n += len(v)
+		}
+		values := make([]string, 0, n)
+		res.Header = make(map[string][]string, len(r.Header))
+		for k, v := range r.Header {
+			start := len(values)
+			values = append(values, v...)
+			res.Header[k] = values[start:len(values):len(values)]
+		}
+	}
+	res.Body = append([]byte(nil), r.Body...)
+	return &res
 }
 
 // MarshalRecord encodes a record in the current format.

@@ -49,25 +49,44 @@ import (
 //
 //	length u32 | crc32c u32 | generation u64 | sequence u64 | payload
 //
-// where the checksum covers everything after itself and the length, and
-// the payload is a sequence of entries:
+// where the checksum covers everything after itself and the length. Each
+// frame starts on a 4 KiB boundary (logs written by earlier releases,
+// magic "idemwal1", pack frames end to end; they are replayed as such,
+// and the checkpoint after the replay starts the new layout): on Linux
+// a frame is written with O_DIRECT|O_DSYNC, one aligned write that the
+// disk makes durable by itself (a FUA write, or a write and a cache
+// flush), with no fdatasync after it. On the disks measured this costs
+// about a fifth less than a buffered write and an fdatasync, and no
+// acknowledged block is ever written again within a generation. Where
+// O_DIRECT is refused, frames are written through the page cache and
+// synced with fdatasync. The payload is a sequence of entries:
 //
 //	0x01 | uvarint key length | key | uvarint value length | value | uvarint expiresAt
 //	0x02 | uvarint key length | key                                  (a deletion)
 
 const (
 	walName      = "idem.wal"
-	walMagic     = "idemwal1"
-	walHeaderLen = 4096     // the header has a block to itself
-	walSize      = 8 << 20  // written in full when created, then reused
-	walFrameHead = 24       // length, checksum, generation, sequence
-	walMaxFrame  = 1 << 30  // a larger length field is not a frame
-	walSet       = byte(1)  // entry kinds
-	walDelete    = byte(2)  //
-	walChunk     = 64 << 10 // checkpoint replay batches at most this many bytes per transaction
+	walMagic     = "idemwal2" // frames on block boundaries
+	walMagicV1   = "idemwal1" // frames end to end (earlier releases)
+	walBlock     = 4096       // frame alignment, and O_DIRECT's
+	walHeaderLen = 4096       // the header has a block to itself
+	walSize      = 8 << 20    // written in full when created, then reused
+	walFrameHead = 24         // length, checksum, generation, sequence
+	walMaxFrame  = 1 << 30    // a larger length field is not a frame
+	walSet       = byte(1)    // entry kinds
+	walDelete    = byte(2)    //
+	walChunk     = 64 << 10   // checkpoint replay batches at most this many bytes per transaction
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// walDirect lets tests turn off O_DIRECT frame writes, to run the
+// buffered path where the file system supports both.
+var walDirect = true
+
+// errDirectRefused is a direct write the system refused as invalid: the
+// log falls back to buffered writes.
+var errDirectRefused = errors.New("direct write refused")
 
 // wal is the log; only the committer (and open) use it.
 type wal struct {
@@ -79,6 +98,13 @@ type wal struct {
 	size int64  // bytes of the file written at least once
 	buf  []byte // frame being built, reused
 	ro   bool   // opened to count frames only
+	// align is where frames start: every walBlock bytes, or anywhere in
+	// a log of the earlier layout (1), until its first checkpoint.
+	align int64
+	// direct writes frames with O_DIRECT|O_DSYNC (nil: f and fdatasync);
+	// out is the block-aligned buffer such writes go through.
+	direct *directFile
+	out    []byte
 }
 
 // walEntry is one write of a frame.
@@ -133,6 +159,9 @@ func readWAL(dir string, f *os.File, err error, ro bool) (*wal, [][]walEntry, er
 		f.Close()
 		return nil, nil, err
 	}
+	if !ro {
+		w.openDirect(f.Name())
+	}
 	return w, frames, nil
 }
 
@@ -142,7 +171,7 @@ func createWAL(dir, path string) (*wal, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &wal{dir: dir, f: f, gen: 1, off: walHeaderLen}
+	w := &wal{dir: dir, f: f, gen: 1, off: walHeaderLen, align: walBlock}
 	// Write every block once, so that later writes overwrite allocated
 	// blocks and a sync has no allocation to commit.
 	zero := make([]byte, 1<<20)
@@ -165,7 +194,19 @@ func createWAL(dir, path string) (*wal, error) {
 		f.Close()
 		return nil, err
 	}
+	w.openDirect(path)
 	return w, nil
+}
+
+// openDirect opens the log a second time for O_DIRECT|O_DSYNC frame
+// writes, where the system and file system allow it.
+func (w *wal) openDirect(path string) {
+	if !walDirect {
+		return
+	}
+	if d, ok := openDirectFile(path); ok {
+		w.direct = d
+	}
 }
 
 // writeHeader writes and syncs the header of the current generation.
@@ -186,7 +227,12 @@ func (w *wal) read() ([][]walEntry, error) {
 	if _, err := w.f.ReadAt(h[:], 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	if string(h[:8]) != walMagic {
+	switch string(h[:8]) {
+	case walMagic:
+		w.align = walBlock
+	case walMagicV1:
+		w.align = 1
+	default:
 		return nil, fmt.Errorf("%w: %s: not an idem log (bad magic)", ErrCorrupt, filepath.Join(w.dir, walName))
 	}
 	w.gen = binary.LittleEndian.Uint64(h[8:16])
@@ -196,6 +242,7 @@ func (w *wal) read() ([][]walEntry, error) {
 		// Badger holds everything: a torn header has nothing to replay.
 		// Start a generation no frame on disk can carry.
 		w.gen = w.gen + 1<<32
+		w.align = walBlock
 		if w.ro {
 			return nil, nil
 		}
@@ -230,7 +277,7 @@ func (w *wal) read() ([][]walEntry, error) {
 			return nil, fmt.Errorf("%w: %s frame %d: %v", ErrCorrupt, walName, seq, err)
 		}
 		frames = append(frames, entries)
-		w.off += walFrameHead + n
+		w.off = alignUp(w.off+walFrameHead+n, w.align)
 		w.seq++
 	}
 	return frames, nil
@@ -303,30 +350,62 @@ func (w *wal) add(t *wtxn) {
 }
 
 // full reports whether the frame being built no longer fits after the
-// frames already written: the caller checkpoints first.
+// frames already written, or the log is of the earlier layout: the caller
+// checkpoints first.
 func (w *wal) full() bool {
-	return w.off+int64(len(w.buf)) > w.size && w.off > walHeaderLen
+	return (w.off+alignUp(int64(len(w.buf)), walBlock) > w.size && w.off > walHeaderLen) || w.align != walBlock
 }
+
+// alignUp rounds n up to a multiple of a.
+func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
 
 // commit writes the frame being built and syncs it. A frame larger than
 // the whole log grows the file (that one sync then also commits the new
 // size).
 func (w *wal) commit() error {
+	w.seal()
+	end := w.off + alignUp(int64(len(w.buf)), walBlock)
+	if err := w.write(); err != nil {
+		return err
+	}
+	w.off = end
+	w.size = max(w.size, w.off)
+	w.seq++
+	return nil
+}
+
+// seal fills in the head of the frame being built.
+func (w *wal) seal() {
 	n := len(w.buf) - walFrameHead
 	binary.LittleEndian.PutUint32(w.buf[0:4], uint32(n))
 	binary.LittleEndian.PutUint64(w.buf[8:16], w.gen)
 	binary.LittleEndian.PutUint64(w.buf[16:24], w.seq)
 	binary.LittleEndian.PutUint32(w.buf[4:8], frameSum(w.buf))
+}
+
+// write makes the frame being built durable at w.off: one O_DIRECT|O_DSYNC
+// write of whole blocks (the padding after the frame is zero), or a
+// buffered write and fdatasync. If the direct write is refused as
+// invalid, the log falls back to buffered writes for good.
+func (w *wal) write() error {
+	if w.direct != nil {
+		n := int(alignUp(int64(len(w.buf)), walBlock))
+		if cap(w.out) < n {
+			w.out = alignedBlocks(max(n, 16*walBlock))
+		}
+		out := w.out[:n]
+		clear(out[copy(out, w.buf):])
+		err := w.direct.writeAt(out, w.off)
+		if !errors.Is(err, errDirectRefused) {
+			return err
+		}
+		w.direct.close()
+		w.direct = nil
+	}
 	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return err
 	}
-	if err := fdatasync(w.f); err != nil {
-		return err
-	}
-	w.off += int64(len(w.buf))
-	w.size = max(w.size, w.off)
-	w.seq++
-	return nil
+	return fdatasync(w.f)
 }
 
 // reset starts a new generation: every frame on disk becomes stale. The
@@ -335,10 +414,16 @@ func (w *wal) reset() error {
 	w.gen++
 	w.seq = 0
 	w.off = walHeaderLen
+	w.align = walBlock
 	return w.writeHeader()
 }
 
-func (w *wal) close() error { return w.f.Close() }
+func (w *wal) close() error {
+	if w.direct != nil {
+		w.direct.close()
+	}
+	return w.f.Close()
+}
 
 // syncBadgerFiles makes every write Badger has accepted durable: the
 // active memtable's log and the value log through Badger, then every

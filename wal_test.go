@@ -3,7 +3,9 @@ package idem
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -121,9 +123,9 @@ func TestWAL_TornTailIsDropped(t *testing.T) {
 	token := walClaim(t, b, "k2")
 	claimEnd := b.wal.off
 	walComplete(t, b, "k2", token, []byte("two"))
-	end := b.wal.off
+	end := claimEnd + int64(len(b.wal.buf)) // the frame, without its padding
 	log := readLog(t, dir)
-	require.Greater(t, end, claimEnd)
+	require.Greater(t, b.wal.off, claimEnd)
 	// A crash while writing the completion's frame: its last byte torn.
 	log[end-1] ^= 0xff
 	forget(t, b, "k1", "k2")
@@ -181,6 +183,9 @@ func TestWAL_FailedLogWriteStopsWritesUntilReopen(t *testing.T) {
 	b := walOpen(t, dir, Durable)
 	walDo(t, b, "k1", []byte("one"))
 	require.NoError(t, b.wal.f.Close()) // every later write and sync fails
+	if b.wal.direct != nil {
+		b.wal.direct.close()
+	}
 	_, _, err := b.Claim(context.Background(), "", "k2", ClaimArgs{Now: walNow, LeaseEnds: walNow.Add(time.Minute)})
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.Nil(t, walGet(t, b, "k2"), "a claim whose frame failed must not be visible")
@@ -255,4 +260,87 @@ func TestWAL_ReadOnlyOpenRefusesUnappliedFrames(t *testing.T) {
 	require.NoError(t, err, "a read-write open applied the frames")
 	require.Equal(t, "one", string(walGet(t, ro, "k1").Result.Body))
 	require.NoError(t, ro.Close())
+}
+
+// TestWAL_BufferedWrites runs the log's tests with frames written through
+// the page cache and fdatasync, the path taken where O_DIRECT is refused.
+func TestWAL_BufferedWrites(t *testing.T) {
+	walDirect = false
+	defer func() { walDirect = true }()
+	b := walOpen(t, t.TempDir(), Durable)
+	require.Nil(t, b.wal.direct)
+	t.Run("replay", TestWAL_ReplayRestoresWhatBadgerLost)
+	t.Run("torn tail", TestWAL_TornTailIsDropped)
+	t.Run("full log", TestWAL_FullLogCheckpointsAndLargeFramesGrowIt)
+	t.Run("failed write", TestWAL_FailedLogWriteStopsWritesUntilReopen)
+}
+
+// TestWAL_DirectWritesWhereSupported checks that the log writes its
+// frames with O_DIRECT where the file system allows it, each frame on a
+// block boundary.
+func TestWAL_DirectWritesWhereSupported(t *testing.T) {
+	dir := t.TempDir()
+	probe := filepath.Join(dir, "probe")
+	require.NoError(t, os.WriteFile(probe, make([]byte, walBlock), 0o600))
+	d, ok := openDirectFile(probe)
+	if !ok {
+		t.Skip("the file system of the test directory refuses O_DIRECT")
+	}
+	d.close()
+	b := walOpen(t, dir, Durable)
+	require.NotNil(t, b.wal.direct)
+	walDo(t, b, "k1", []byte("one"))
+	require.Zero(t, b.wal.off%walBlock)
+	require.Equal(t, int64(walHeaderLen+2*walBlock), b.wal.off, "a claim and a completion: one block each")
+}
+
+// TestWAL_ReplaysALogOfTheEarlierLayout replays a log whose frames are
+// packed end to end, as releases before block-aligned frames wrote it,
+// and checks that the log goes on in the current layout.
+func TestWAL_ReplaysALogOfTheEarlierLayout(t *testing.T) {
+	dir := t.TempDir()
+	b := walOpen(t, dir, Durable)
+	walDo(t, b, "k1", []byte("one"))
+	walDo(t, b, "k2", []byte("two"))
+	log := packLog(t, readLog(t, dir))
+	forget(t, b, "k1", "k2")
+	require.NoError(t, b.Close())
+	writeLog(t, dir, log)
+
+	b = walOpen(t, dir, Durable)
+	require.Equal(t, "one", string(walGet(t, b, "k1").Result.Body))
+	require.Equal(t, "two", string(walGet(t, b, "k2").Result.Body))
+	require.Equal(t, int64(walBlock), b.wal.align)
+	require.Equal(t, walMagic, string(readLog(t, dir)[:8]), "the replay's checkpoint starts the current layout")
+
+	// And the current layout replays in turn.
+	walDo(t, b, "k3", []byte("three"))
+	log = readLog(t, dir)
+	forget(t, b, "k3")
+	require.NoError(t, b.Close())
+	writeLog(t, dir, log)
+	b = walOpen(t, dir, Durable)
+	require.Equal(t, "three", string(walGet(t, b, "k3").Result.Body))
+}
+
+// packLog rewrites a log of block-aligned frames in the earlier layout:
+// the earlier magic, and the current generation's frames end to end.
+func packLog(t *testing.T, log []byte) []byte {
+	t.Helper()
+	out := make([]byte, len(log))
+	copy(out, walMagicV1)
+	copy(out[8:16], log[8:16])
+	binary.LittleEndian.PutUint32(out[16:20], crc32.Checksum(out[:16], castagnoli))
+	gen := binary.LittleEndian.Uint64(log[8:16])
+	at, frames := int64(walHeaderLen), 0
+	for off := int64(walHeaderLen); off+walFrameHead <= int64(len(log)); frames++ {
+		n := int64(binary.LittleEndian.Uint32(log[off:]))
+		if n == 0 || binary.LittleEndian.Uint64(log[off+8:]) != gen {
+			break
+		}
+		at += int64(copy(out[at:], log[off:off+walFrameHead+n]))
+		off = alignUp(off+walFrameHead+n, walBlock)
+	}
+	require.Positive(t, frames)
+	return out
 }
