@@ -102,9 +102,10 @@ type BadgerBackend struct {
 	brokenMu sync.Mutex
 	broken   error
 
-	// The committer's pipeline (commit.go): writes of the unit being
-	// synced, by key, and the order to retire them in; seq numbers units;
-	// retired is the last unit the syncer finished.
+	// The committer's pipeline (commit.go): writes of the units handed
+	// on and not yet in Badger, by key, and the order to retire them in;
+	// seq numbers units; retired is the last unit the applier finished
+	// (every unit up to it is in Badger, or wrote nothing).
 	// durable is the last unit synced to the log (Durable only). The
 	// committer writes the overlay under overlayMu; readers outside it
 	// take overlayMu to find writes that are durable but not yet in
