@@ -3,8 +3,6 @@ package idem
 import (
 	"fmt"
 	"time"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // State is where a record stands in its life: absent, in progress, done.
@@ -214,11 +212,16 @@ func (r *Record) Expired(now time.Time) bool {
 	return r.State == StateDone && !now.Before(r.ExpiresAt)
 }
 
-// Clone returns a deep copy.
+// Clone returns a deep copy: the copy shares no memory that can be
+// changed with r (only strings, which cannot be). An empty body or list of
+// attempts comes out nil. It takes one allocation for the record, its
+// result and a single attempt, and one for the body.
 func (r *Record) Clone() *Record {
-	c := *r
+	box := &recordBox{rec: *r}
+	c := &box.rec
 	if r.Result != nil {
-		res := *r.Result
+		box.res = *r.Result
+		res := &box.res
 		if r.Result.Header != nil {
 			// One backing array for every value: a replay clones this on
 			// its hot path.
@@ -229,54 +232,26 @@ func (r *Record) Clone() *Record {
 			values := make([]string, 0, n)
 			res.Header = make(map[string][]string, len(r.Result.Header))
 			for k, v := range r.Result.Header {
+				if v == nil {
+					res.Header[k] = nil
+					continue
+				}
 				start := len(values)
 				values = append(values, v...)
 				res.Header[k] = values[start:len(values):len(values)]
 			}
 		}
 		res.Body = append([]byte(nil), r.Result.Body...)
-		c.Result = &res
+		c.Result = res
 	}
-	c.Attempts = append([]Attempt(nil), r.Attempts...)
-	return &c
-}
-
-// MarshalRecord encodes a record in the current format.
-func MarshalRecord(r *Record) ([]byte, error) {
-	c := *r
-	c.Format = RecordFormat
-	b, err := msgpack.Marshal(&c)
-	if err != nil {
-		return nil, fmt.Errorf("idem: encode record: %w", err)
+	switch len(r.Attempts) {
+	case 0:
+		c.Attempts = nil
+	case 1:
+		box.att[0] = r.Attempts[0]
+		c.Attempts = box.att[:]
+	default:
+		c.Attempts = append([]Attempt(nil), r.Attempts...)
 	}
-	return b, nil
-}
-
-// UnmarshalRecord decodes a record written by this or an earlier release.
-// Corrupt bytes, a record of a newer format, or one that fails basic
-// invariants give an error wrapping ErrCorrupt, never a panic.
-func UnmarshalRecord(b []byte) (rec *Record, err error) {
-	// The msgpack decoder panics on some malformed input (a nil where a
-	// struct is expected, found by FuzzUnmarshalRecord): corrupt bytes must
-	// give an error, never a panic.
-	defer func() {
-		if p := recover(); p != nil {
-			rec, err = nil, fmt.Errorf("%w: undecodable record: %v", ErrCorrupt, p)
-		}
-	}()
-	var r Record
-	if err := msgpack.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	switch {
-	case r.Format == 0 || r.Format > RecordFormat:
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, r.Format)
-	case r.State != StateInProgress && r.State != StateDone && r.State != StateReleased:
-		return nil, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
-	case r.State == StateDone && r.Result == nil:
-		return nil, fmt.Errorf("%w: done record without a result", ErrCorrupt)
-	case ValidateKey(r.Key) != nil || ValidateScope(r.Scope) != nil:
-		return nil, fmt.Errorf("%w: malformed scope or key", ErrCorrupt)
-	}
-	return &r, nil
+	return c
 }
