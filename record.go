@@ -215,13 +215,14 @@ func (r *Record) Expired(now time.Time) bool {
 // Clone returns a deep copy: the copy shares no memory that can be
 // changed with r (only strings, which cannot be). An empty body or list of
 // attempts comes out nil. It takes one allocation for the record, its
-// result and a single attempt, and one for the body.
+// result and a single attempt (see recordBox), and one for the body.
 func (r *Record) Clone() *Record {
-	box := &recordBox{rec: *r}
-	c := &box.rec
-	if r.Result != nil {
-		box.res = *r.Result
-		res := &box.res
+	var one *Attempt
+	if len(r.Attempts) == 1 {
+		one = &r.Attempts[0]
+	}
+	c := boxRecord(r, r.Result, one)
+	if res := c.Result; res != nil {
 		if r.Result.Header != nil {
 			// One backing array for every value: a replay clones this on
 			// its hot path.
@@ -242,15 +243,8 @@ func (r *Record) Clone() *Record {
 			}
 		}
 		res.Body = append([]byte(nil), r.Result.Body...)
-		c.Result = res
 	}
-	switch len(r.Attempts) {
-	case 0:
-		c.Attempts = nil
-	case 1:
-		box.att[0] = r.Attempts[0]
-		c.Attempts = box.att[:]
-	default:
+	if one == nil {
 		c.Attempts = append([]Attempt(nil), r.Attempts...)
 	}
 	return c

@@ -76,16 +76,45 @@ func UnmarshalRecord(b []byte) (rec *Record, err error) {
 	return r, nil
 }
 
-// recordBox holds a record with room for its result and one attempt, so
-// that a decoded or cloned record (a claim's, or a done one with its
-// first attempt) takes one allocation rather than three. A record's
-// Result and Attempts point into its box only when they were filled from
-// it: appending to an Attempts of capacity one moves it out, and setting
-// Result leaves the box's copy unused.
-type recordBox struct {
-	rec Record
-	res Result
-	att [1]Attempt
+// recordBox holds a record and its only attempt, and resultRecordBox a
+// record, its result and its only attempt, so that a decoded or cloned
+// record (a claim's, or a done one with its first attempt) takes one
+// allocation rather than two or three. A record's Result and Attempts
+// point into its box only when they were filled from it: appending to an
+// Attempts of capacity one moves it out, and setting Result leaves the
+// box's copy unused.
+type (
+	recordBox struct {
+		rec Record
+		att [1]Attempt
+	}
+	resultRecordBox struct {
+		rec Record
+		res Result
+		att [1]Attempt
+	}
+)
+
+// boxRecord returns a copy of r in a box, with a copy of res as its Result
+// (if not nil, else a nil Result) and a copy of one as its only attempt
+// (if not nil, else the attempts of r). The copies are shallow.
+func boxRecord(r *Record, res *Result, one *Attempt) *Record {
+	var c *Record
+	var att *[1]Attempt
+	if res != nil {
+		b := &resultRecordBox{rec: *r, res: *res}
+		c, att = &b.rec, &b.att
+		c.Result = &b.res
+	} else {
+		b := &recordBox{rec: *r}
+		c, att = &b.rec, &b.att
+		c.Result = nil
+	}
+	if one != nil {
+		att[0] = *one
+		c.Attempts = att[:]
+	}
+	return c
 }
 
 // The msgpack type codes the codec writes and reads.

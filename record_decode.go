@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math"
 	"time"
@@ -9,10 +8,10 @@ import (
 )
 
 // UnmarshalRecord's fast path, for the format that record_codec.go
-// describes. It copies the encoding once: the strings and the body of the
-// record it returns point into the copy, and the record, its result and
-// one attempt share a recordBox, so that a record takes two allocations
-// (more for attempts past the first, and for headers).
+// describes. It reads the record in one pass, its strings and body still
+// in the input, then copies those into one allocation of their exact size
+// and the record into another (a recordBox): a record takes two
+// allocations, more for attempts past the first and for headers.
 
 // recordDecoder reads a record in the forms appendRecord writes. Every
 // method reports false, having read an unknown amount, on input it does not
@@ -21,11 +20,17 @@ import (
 type recordDecoder struct {
 	in  []byte // the encoding
 	pos int    // offset in in of the next byte to read
-	// buf is a private copy of in: the decoded strings and body alias it
-	// at their offsets in in. The strings' bytes are never written, and no
-	// slice but the body's (whose capacity ends where it does) covers
-	// them, so they stay immutable as strings must.
-	buf []byte
+	// size is the length of the strings and the body read so far, and of
+	// the header's names and values: all of it goes to mem.
+	size int
+	// headerAt is the offset in in of the result's header map, or -1; it
+	// is read again once mem is allocated. headerValues counts its values.
+	headerAt, headerValues int
+	// mem holds the strings and the body of the record decoded: own
+	// appends them, within its capacity. A string points into it, at bytes
+	// that are never written again, and the body is a slice of it whose
+	// capacity ends where it does, so the strings stay immutable.
+	mem []byte
 }
 
 // decodeRecord decodes in, reporting false if it is not in the forms
@@ -33,15 +38,19 @@ type recordDecoder struct {
 // or a field twice, are left to msgpack too, as is any other form of a
 // value: so what it decodes is what msgpack.Unmarshal decodes.
 func decodeRecord(in []byte) (*Record, bool) {
-	d := recordDecoder{in: in}
+	d := recordDecoder{in: in, headerAt: -1}
 	n, ok := d.mapLen()
 	if !ok {
 		return nil, false
 	}
-	d.buf = bytes.Clone(in)
-	box := new(recordBox)
-	r := &box.rec
-	var seen uint32
+	var (
+		r         Record
+		res       Result
+		hasResult bool
+		one       Attempt // the attempt, if only one
+		single    bool
+		seen      uint32
+	)
 	for range n {
 		k, ok := d.key()
 		if !ok {
@@ -82,8 +91,7 @@ func decodeRecord(in []byte) (*Record, bool) {
 			r.Retention = time.Duration(u)
 		case "r":
 			bit = 1 << 9
-			ok = d.result(&box.res)
-			r.Result = &box.res
+			ok, hasResult = d.result(&res), true
 		case "fs":
 			bit = 1 << 10
 			r.FirstSeen, ok = d.time()
@@ -115,7 +123,7 @@ func decodeRecord(in []byte) (*Record, bool) {
 			r.Owner, ok = d.str()
 		case "a":
 			bit = 1 << 19
-			r.Attempts, ok = d.attempts(&box.att)
+			r.Attempts, single, ok = d.attempts(&one)
 		case "rp":
 			bit = 1 << 20
 			u, ok = d.int()
@@ -142,7 +150,50 @@ func decodeRecord(in []byte) (*Record, bool) {
 		}
 		seen |= bit
 	}
-	return r, true
+
+	// Move the strings and the body out of in, into mem.
+	d.mem = make([]byte, 0, d.size)
+	for _, s := range [...]*string{&r.Scope, &r.Key, &r.Fingerprint, &r.Recovered, &r.Owner, &res.Error} {
+		d.own(s)
+	}
+	if res.Body != nil {
+		start := len(d.mem)
+		d.mem = append(d.mem, res.Body...)
+		res.Body = d.mem[start:len(d.mem):len(d.mem)]
+	}
+	if d.headerAt >= 0 {
+		res.Header = d.readHeader()
+	}
+	d.ownAttempt(&one)
+	for i := range r.Attempts {
+		d.ownAttempt(&r.Attempts[i])
+	}
+	var resp *Result
+	if hasResult {
+		resp = &res
+	}
+	var onep *Attempt
+	if single {
+		onep = &one
+	}
+	return boxRecord(&r, resp, onep), true
+}
+
+// own moves s into d.mem.
+func (d *recordDecoder) own(s *string) {
+	if len(*s) == 0 {
+		return
+	}
+	start := len(d.mem)
+	d.mem = append(d.mem, *s...)
+	*s = unsafe.String(&d.mem[start], len(*s))
+}
+
+// ownAttempt moves a's strings into d.mem.
+func (d *recordDecoder) ownAttempt(a *Attempt) {
+	d.own(&a.Owner)
+	d.own(&a.Outcome)
+	d.own(&a.Reason)
 }
 
 // result decodes a result's map into res.
@@ -166,7 +217,7 @@ func (d *recordDecoder) result(res *Result) bool {
 			res.Status = int(int64(u))
 		case "h":
 			bit = 1 << 1
-			res.Header, ok = d.header()
+			ok = d.header()
 		case "b":
 			bit = 1 << 2
 			res.Body, ok = d.bin()
@@ -187,34 +238,42 @@ func (d *recordDecoder) result(res *Result) bool {
 	return true
 }
 
-// header decodes a header map. As msgpack does, a name given twice keeps
-// its last values, and nil values decode as a nil slice. The values share
-// one backing array, each slice's capacity ending at its length; a first
-// pass counts them.
-func (d *recordDecoder) header() (map[string][]string, bool) {
+// header reads a header map, only to check it and measure it: readHeader
+// builds it, once d.mem is allocated.
+func (d *recordDecoder) header() bool {
+	d.headerAt = d.pos
 	n, ok := d.mapLen()
 	if !ok || n > (len(d.in)-d.pos)/2 { // each entry takes 2 bytes at least
-		return nil, false
+		return false
 	}
-	start, total := d.pos, 0
 	for range n {
 		_, ok := d.str()
 		m, ok2 := d.values()
 		if !ok || !ok2 {
-			return nil, false
+			return false
 		}
 		for range m {
 			if _, ok := d.str(); !ok {
-				return nil, false
+				return false
 			}
 		}
-		total += max(m, 0)
+		d.headerValues += max(m, 0)
 	}
-	d.pos = start
+	return true
+}
+
+// readHeader reads the header map that header checked. As msgpack does,
+// it keeps the last values of a name given twice, and decodes nil values
+// as a nil slice. The values share one backing array, each slice's
+// capacity ending at its length.
+func (d *recordDecoder) readHeader() map[string][]string {
+	d.pos = d.headerAt
+	n, _ := d.mapLen()
 	h := make(map[string][]string, n)
-	values := make([]string, total)
+	values := make([]string, d.headerValues)
 	for range n {
 		k, _ := d.str()
+		d.own(&k)
 		m, _ := d.values()
 		if m < 0 {
 			h[k] = nil
@@ -224,10 +283,11 @@ func (d *recordDecoder) header() (map[string][]string, bool) {
 		values = values[m:]
 		for i := range vs {
 			vs[i], _ = d.str()
+			d.own(&vs[i])
 		}
 		h[k] = vs
 	}
-	return h, true
+	return h
 }
 
 // values reads the length of a header's values: -1 for nil.
@@ -240,27 +300,23 @@ func (d *recordDecoder) values() (int, bool) {
 	return m, ok && m <= len(d.in)-d.pos // each value takes a byte at least
 }
 
-// attempts decodes the array of attempts, a single one into one.
-func (d *recordDecoder) attempts(one *[1]Attempt) ([]Attempt, bool) {
+// attempts decodes the array of attempts: a single one into one, with a
+// nil slice.
+func (d *recordDecoder) attempts(one *Attempt) (as []Attempt, single, ok bool) {
 	n, ok := d.arrayLen()
-	if !ok || n > len(d.in)-d.pos { // each attempt takes a byte at least
-		return nil, false
+	switch {
+	case !ok || n > len(d.in)-d.pos: // each attempt takes a byte at least
+		return nil, false, false
+	case n == 1:
+		return nil, true, d.attempt(one)
 	}
-	var as []Attempt
-	switch n {
-	case 0:
-		as = []Attempt{}
-	case 1:
-		as = one[:]
-	default:
-		as = make([]Attempt, n)
-	}
+	as = make([]Attempt, n)
 	for i := range as {
 		if !d.attempt(&as[i]) {
-			return nil, false
+			return nil, false, false
 		}
 	}
-	return as, true
+	return as, false, true
 }
 
 // attempt decodes one attempt's map into a.
@@ -424,7 +480,8 @@ func (d *recordDecoder) bool() (bool, bool) {
 	return c == mpTrue, ok && (c == mpTrue || c == mpFalse)
 }
 
-// str reads a string (fixstr, str8, str16 or str32). It aliases d.buf.
+// str reads a string (fixstr, str8, str16 or str32). It points into d.in
+// until own moves it.
 func (d *recordDecoder) str() (string, bool) {
 	c, ok := d.code()
 	var n int
@@ -442,18 +499,19 @@ func (d *recordDecoder) str() (string, bool) {
 	default:
 		return "", false
 	}
-	start := d.pos
-	if _, ok2 := d.next(uint64(n)); !ok || !ok2 {
+	p, ok2 := d.next(uint64(n))
+	if !ok || !ok2 {
 		return "", false
 	}
+	d.size += n
 	if n == 0 {
 		return "", true
 	}
-	return unsafe.String(&d.buf[start], n), true
+	return unsafe.String(&p[0], n), true
 }
 
-// bin reads a byte string (bin8, bin16 or bin32). It aliases d.buf, with
-// its capacity ending at its length; an empty one is empty but not nil, as
+// bin reads a byte string (bin8, bin16 or bin32). It points into d.in
+// until decodeRecord moves it; an empty one is empty but not nil, as
 // msgpack decodes it.
 func (d *recordDecoder) bin() ([]byte, bool) {
 	c, ok := d.code()
@@ -470,14 +528,15 @@ func (d *recordDecoder) bin() ([]byte, bool) {
 	default:
 		return nil, false
 	}
-	start := d.pos
-	if _, ok2 := d.next(uint64(n)); !ok || !ok2 {
+	p, ok2 := d.next(uint64(n))
+	if !ok || !ok2 {
 		return nil, false
 	}
+	d.size += n
 	if n == 0 {
 		return []byte{}, true
 	}
-	return d.buf[start : start+n : start+n], true
+	return p, true
 }
 
 // time reads a timestamp extension in its 4-, 8- or 12-byte form and
