@@ -46,8 +46,7 @@ func MarshalRecord(r *Record) ([]byte, error) {
 // the record are ignored, as msgpack ignores them.
 //
 // The strings and the result body of a record decoded by the fast path
-// share one allocation, the size of b: keeping any of them in memory keeps
-// all of it.
+// share one allocation: keeping any of them in memory keeps all of them.
 func UnmarshalRecord(b []byte) (rec *Record, err error) {
 	// The msgpack decoder panics on some malformed input (a nil where a
 	// struct is expected, found by FuzzUnmarshalRecord): corrupt bytes must
