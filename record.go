@@ -3,8 +3,6 @@ package idem
 import (
 	"fmt"
 	"time"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // State is where a record stands in its life: absent, in progress, done.
@@ -214,73 +212,54 @@ func (r *Record) Expired(now time.Time) bool {
 	return r.State == StateDone && !now.Before(r.ExpiresAt)
 }
 
-// Clone returns a deep copy.
+// Clone returns a deep copy: the copy shares no memory that can be
+// changed with r (only strings, which cannot be). An empty body or list of
+// attempts comes out nil. It takes one allocation for the record, its
+// result and a single attempt (see recordBox), and one for the body.
 func (r *Record) Clone() *Record {
-	c := *r
-	if r.Result != nil {
-		c.Result = r.Result.clone()
+	var one *Attempt
+	if len(r.Attempts) == 1 {
+		one = &r.Attempts[0]
 	}
-	c.Attempts = append([]Attempt(nil), r.Attempts...)
-	return &c
+	c := boxRecord(r, r.Result, one)
+	if res := c.Result; res != nil {
+		res.Header = cloneHeader(r.Result.Header)
+		res.Body = append([]byte(nil), r.Result.Body...)
+	}
+	if one == nil {
+		c.Attempts = append([]Attempt(nil), r.Attempts...)
+	}
+	return c
 }
 
 // clone returns a deep copy of r.
 func (r *Result) clone() *Result {
 	res := *r
-	if r.Header != nil {
-		// One backing array for every value.
-		n := 0
-		for _, v := range r.Header {
-			n += len(v)
-		}
-		values := make([]string, 0, n)
-		res.Header = make(map[string][]string, len(r.Header))
-		for k, v := range r.Header {
-			start := len(values)
-			values = append(values, v...)
-			res.Header[k] = values[start:len(values):len(values)]
-		}
-	}
+	res.Header = cloneHeader(r.Header)
 	res.Body = append([]byte(nil), r.Body...)
 	return &res
 }
 
-// MarshalRecord encodes a record in the current format.
-func MarshalRecord(r *Record) ([]byte, error) {
-	c := *r
-	c.Format = RecordFormat
-	b, err := msgpack.Marshal(&c)
-	if err != nil {
-		return nil, fmt.Errorf("idem: encode record: %w", err)
+// cloneHeader copies h with one backing array for every value (a nil
+// value stays nil).
+func cloneHeader(h map[string][]string) map[string][]string {
+	if h == nil {
+		return nil
 	}
-	return b, nil
-}
-
-// UnmarshalRecord decodes a record written by this or an earlier release.
-// Corrupt bytes, a record of a newer format, or one that fails basic
-// invariants give an error wrapping ErrCorrupt, never a panic.
-func UnmarshalRecord(b []byte) (rec *Record, err error) {
-	// The msgpack decoder panics on some malformed input (a nil where a
-	// struct is expected, found by FuzzUnmarshalRecord): corrupt bytes must
-	// give an error, never a panic.
-	defer func() {
-		if p := recover(); p != nil {
-			rec, err = nil, fmt.Errorf("%w: undecodable record: %v", ErrCorrupt, p)
+	n := 0
+	for _, v := range h {
+		n += len(v)
+	}
+	values := make([]string, 0, n)
+	c := make(map[string][]string, len(h))
+	for k, v := range h {
+		if v == nil {
+			c[k] = nil
+			continue
 		}
-	}()
-	var r Record
-	if err := msgpack.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		start := len(values)
+		values = append(values, v...)
+		c[k] = values[start:len(values):len(values)]
 	}
-	switch {
-	case r.Format == 0 || r.Format > RecordFormat:
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, r.Format)
-	case r.State != StateInProgress && r.State != StateDone && r.State != StateReleased:
-		return nil, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
-	case r.State == StateDone && r.Result == nil:
-		return nil, fmt.Errorf("%w: done record without a result", ErrCorrupt)
-	case ValidateKey(r.Key) != nil || ValidateScope(r.Scope) != nil:
-		return nil, fmt.Errorf("%w: malformed scope or key", ErrCorrupt)
-	}
-	return &r, nil
+	return c
 }
