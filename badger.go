@@ -449,6 +449,15 @@ func appendRecordID(dst []byte, scope, key string) []byte {
 	return append(dst, key...)
 }
 
+// splitRecordID returns the scope and key of a record id.
+func splitRecordID(id []byte) (scope, key string) {
+	if len(id) == 0 || 1+int(id[0]) > len(id) {
+		return "", string(id) // not an id: names no record
+	}
+	n := 1 + int(id[0])
+	return string(id[1:n]), string(id[n:])
+}
+
 func withPrefix(p byte, id []byte) []byte {
 	k := make([]byte, 0, 1+len(id))
 	k = append(k, p)
@@ -533,7 +542,7 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 	// a claim in progress, is answered from a read. Neither can become
 	// claimable by any write but the committer's own later ones, so the
 	// answer is the one the committer would give at this instant.
-	if rec, err := b.peek(id); err != nil {
+	if rec, err := b.peek(scope, key, id); err != nil {
 		return nil, false, unavailable("claim", err)
 	} else if rec != nil && (rec.State == StateInProgress || (rec.State == StateDone && !rec.Expired(args.Now))) {
 		return rec.Clone(), false, nil
@@ -581,7 +590,7 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 					return err
 				}
 			}
-			txn.onCommit(func() { b.hot.drop(id) })
+			txn.onCommit(func() { b.hot.drop(scope, key) })
 		}
 		n.AddAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
 		if err := txn.Set(withPrefix(prefixClaim, id), nil); err != nil {
@@ -644,7 +653,7 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		// rec is what is stored, and nothing changes it after this op:
 		// the hot set may keep it as it is.
-		txn.onCommit(func() { b.hot.put(id, rec) })
+		txn.onCommit(func() { b.hot.put(scope, key, rec) })
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
 			return err
 		}
@@ -686,11 +695,12 @@ func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint
 // hot set.
 func (b *BadgerBackend) hotRecords() *hotSet { return b.hot }
 
-// peek reads the record of id outside the committer: from the hot set, or
-// from a read transaction (caching what it finds done). What it returns
-// may be shared: the caller must not change it.
-func (b *BadgerBackend) peek(id []byte) (*Record, error) {
-	if e := b.hot.get(id); e != nil {
+// peek reads the record of (scope, key), stored under id, outside the
+// committer: from the hot set, or from a read transaction (caching what it
+// finds done). What it returns may be shared: the caller must not change
+// it.
+func (b *BadgerBackend) peek(scope, key string, id []byte) (*Record, error) {
+	if e := b.hot.get(scope, key); e != nil {
 		return e.rec, nil
 	}
 	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
@@ -703,7 +713,7 @@ func (b *BadgerBackend) peek(id []byte) (*Record, error) {
 		return err
 	})
 	if err == nil && rec != nil && rec.State == StateDone && !b.ro {
-		b.hot.put(id, rec)
+		b.hot.put(scope, key, rec)
 	}
 	return rec, err
 }
@@ -833,7 +843,7 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 						return err
 					}
 					b.forgetTallied(e.id)
-					w.onCommit(func() { b.hot.drop(e.id) })
+					w.onCommit(func() { b.hot.drop(splitRecordID(e.id)) })
 				}
 			}
 			last := due[len(due)-1].key

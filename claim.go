@@ -158,16 +158,14 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 //
 // It skips the key's validation: records are kept only under valid keys
 // (UnmarshalRecord and Claim check them), so a hit proves the request's key
-// valid, and a miss goes to the full path, which validates. The lengths are
-// checked first only so that the id fits its buffer.
+// valid, and a miss goes to the full path, which validates.
 func (s *Store) replayHot(ctx context.Context, req Request) *Result {
-	if len(req.Scope) > MaxScopeLen || len(req.Key) > MaxKeyLen || s.refusing.Load() || ctx.Err() != nil {
+	if s.refusing.Load() || ctx.Err() != nil {
 		return nil
 	}
 	// The clock is read outside the shard's lock, to keep that short.
 	now := s.now()
-	var buf [1 + MaxScopeLen + MaxKeyLen]byte
-	e, full := s.hot.replay(appendRecordID(buf[:0], req.Scope, req.Key), req.Fingerprint, now, s.tallier != nil)
+	e, full := s.hot.replay(req.Scope, req.Key, req.Fingerprint, now, s.tallier != nil)
 	if e == nil {
 		return nil
 	}

@@ -1,8 +1,8 @@
 package idem
 
 import (
-	"encoding/binary"
 	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,16 +19,21 @@ import (
 // from the set after its commit, and a reader re-checks expiry with the
 // store's clock on every use.
 //
-// The set is split into shards by a hash of the record id, each with its
+// The set is split into shards by a hash of the scope and key, each with its
 // own lock, so that replays of different keys on different cores do not
 // queue on one lock. A replay takes its shard's lock once, for the lookup
 // and for counting the replay in the entry: the counts are plain fields
 // under that lock, so counting adds no atomic operation to a replay (a
 // read lock would cost the same two as the mutex, and atomic counts two
 // more). The bound on its size is the whole set's, so a poor
-// spread of ids over the shards costs only some contention: the shard hash
-// is a cheap mix of the id's first and last bytes rather than a hash of all
-// of them (the map hashes the id again anyway).
+// spread of keys over the shards costs only some contention: the shard hash
+// is a cheap mix of the key's first and last bytes rather than a hash of
+// all of them (the map hashes the key again anyway).
+//
+// Entries are found by (scope, key) as the request gives them, not by the
+// record id the backend stores them under: building an id copies scope and
+// key into a buffer, and the map's hash then reads the copy back before the
+// stores have landed, which costs more than the rest of the lookup.
 
 // hotBytes bounds the set's approximate size; past it, the records put
 // longest ago in the shard receiving a record are evicted first. Records
@@ -42,10 +47,13 @@ const (
 	hotShards    = 1 << hotShardBits
 )
 
+// hotID names a kept record: its scope and key.
+type hotID struct{ scope, key string }
+
 // hotEntry is one kept record and the replays counted on it that the
 // Store has not yet handed to the backend. What a replay reads and writes
 // comes first, within one cache line; the fingerprint's bytes follow the
-// id's, which the map lookup has just read. Everything but the counts is
+// key's, which the map lookup has just read. Everything but the counts is
 // set before the entry is put and never changed.
 type hotEntry struct {
 	fingerprint string
@@ -71,9 +79,9 @@ type hotEntry struct {
 
 type hotShard struct {
 	mu    sync.Mutex // guards the fields below and its entries' counts
-	m     map[string]*hotEntry
-	order []string // ids in the order they were put, oldest at head
-	head  int      // index in order of the oldest id still queued
+	m     hotIndex
+	order []hotID // ids in the order they were put, oldest at head
+	head  int     // index in order of the oldest id still queued
 	bytes int
 	// pending holds the entries whose replays are not yet flushed.
 	pending []*hotEntry
@@ -81,28 +89,88 @@ type hotShard struct {
 	_ [64]byte
 }
 
+// hotIndex finds a shard's entries by (scope, key). The empty scope's
+// have a map of their own, by key alone, which hashes and compares one
+// string rather than two: most stores serve one scope. The zero value is
+// empty.
+type hotIndex struct {
+	keys   map[string]*hotEntry // the empty scope's entries, by key
+	scoped map[hotID]*hotEntry  // the other scopes' entries
+}
+
+func (x *hotIndex) get(id hotID) *hotEntry {
+	if id.scope == "" {
+		return x.keys[id.key]
+	}
+	return x.scoped[id]
+}
+
+func (x *hotIndex) set(id hotID, e *hotEntry) {
+	if id.scope == "" {
+		if x.keys == nil {
+			x.keys = make(map[string]*hotEntry)
+		}
+		x.keys[id.key] = e
+		return
+	}
+	if x.scoped == nil {
+		x.scoped = make(map[hotID]*hotEntry)
+	}
+	x.scoped[id] = e
+}
+
+func (x *hotIndex) del(id hotID) {
+	if id.scope == "" {
+		delete(x.keys, id.key)
+	} else {
+		delete(x.scoped, id)
+	}
+}
+
+func (x *hotIndex) len() int { return len(x.keys) + len(x.scoped) }
+
 // hotSet is the set of kept records. The zero value is empty and ready.
 type hotSet struct {
 	bytes  atomic.Int64 // the sum of the shards' bytes
 	shards [hotShards]hotShard
 }
 
-func (h *hotSet) shard(id []byte) *hotShard {
-	var first, last uint64
-	if n := len(id); n >= 8 {
-		first, last = binary.LittleEndian.Uint64(id), binary.LittleEndian.Uint64(id[n-8:])
-	} else {
-		for _, c := range id {
-			first = first<<8 | uint64(c)
-		}
+// shard returns the shard of (scope, key). The scope is mixed in only by
+// its length and first bytes: keys alone spread well enough, and the empty
+// scope costs nothing.
+func (h *hotSet) shard(scope, key string) *hotShard {
+	first, last := ends(key)
+	if scope != "" {
+		s, _ := ends(scope)
+		first ^= bits.RotateLeft64(s, 17) ^ uint64(len(scope))<<32
 	}
-	x := (first ^ bits.RotateLeft64(last, 29) ^ uint64(len(id))) * 0x9e3779b97f4a7c15
+	x := (first ^ bits.RotateLeft64(last, 29) ^ uint64(len(key))) * 0x9e3779b97f4a7c15
 	return &h.shards[x>>(64-hotShardBits)]
 }
 
-// size approximates what a kept record costs in memory.
-func size(id string, rec *Record) int {
-	n := 2*len(id) + len(rec.Scope) + len(rec.Key) + len(rec.Fingerprint) + 256 + len(rec.Attempts)*72
+// ends returns s's first and last eight bytes, or s's bytes and 0 when it
+// is shorter.
+func ends(s string) (first, last uint64) {
+	if n := len(s); n >= 8 {
+		return le64(s), le64(s[n-8:])
+	}
+	for i := 0; i < len(s); i++ {
+		first = first<<8 | uint64(s[i])
+	}
+	return first, 0
+}
+
+// le64 reads s's first eight bytes as a little-endian number (one load).
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// size approximates what a kept record costs in memory: the entry and its
+// map slot, the record, and the copies of the key and fingerprint.
+func size(rec *Record) int {
+	n := 2*(len(rec.Key)+len(rec.Scope)+len(rec.Fingerprint)) + 272 + len(rec.Attempts)*72
 	if rec.Result != nil {
 		n += len(rec.Result.Body) + len(rec.Result.Error)
 		for k, vs := range rec.Result.Header {
@@ -115,24 +183,25 @@ func size(id string, rec *Record) int {
 	return n
 }
 
-// get returns the entry kept for id, or nil. It allocates nothing.
-func (h *hotSet) get(id []byte) *hotEntry {
-	sh := h.shard(id)
+// get returns the entry kept for (scope, key), or nil. It allocates
+// nothing.
+func (h *hotSet) get(scope, key string) *hotEntry {
+	sh := h.shard(scope, key)
 	sh.mu.Lock()
-	e := sh.m[string(id)]
+	e := sh.m.get(hotID{scope, key})
 	sh.mu.Unlock()
 	return e
 }
 
-// replay returns the entry kept for id if its fingerprint is fp and it has
-// not expired at now, and then, if count, counts a replay at now on it.
-// full reports that the shard's pending list has grown to its share of
-// maxTallies, so that the caller can ask for an early flush. It allocates
-// nothing (but for the pending list's growth).
-func (h *hotSet) replay(id []byte, fp string, now time.Time, count bool) (e *hotEntry, full bool) {
-	sh := h.shard(id)
+// replay returns the entry kept for (scope, key) if its fingerprint is fp
+// and it has not expired at now, and then, if count, counts a replay at now
+// on it. full reports that the shard's pending list has grown to its share
+// of maxTallies, so that the caller can ask for an early flush. It
+// allocates nothing (but for the pending list's growth).
+func (h *hotSet) replay(scope, key, fp string, now time.Time, count bool) (e *hotEntry, full bool) {
+	sh := h.shard(scope, key)
 	sh.mu.Lock()
-	e = sh.m[string(id)]
+	e = sh.m.get(hotID{scope, key})
 	if e == nil || e.fingerprint != fp || !now.Before(e.expiresAt) {
 		sh.mu.Unlock()
 		return nil, false
@@ -151,30 +220,36 @@ func (h *hotSet) replay(id []byte, fp string, now time.Time, count bool) (e *hot
 	return e, full
 }
 
-// put keeps rec, which must be done (with a result) and must not be
-// changed afterwards.
-func (h *hotSet) put(id []byte, rec *Record) {
+// put keeps rec, the record stored under (scope, key), which must be done
+// (with a result) and must not be changed afterwards.
+func (h *hotSet) put(scope, key string, rec *Record) {
 	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
 		return
 	}
-	// One allocation for the id (the map's key) and the fingerprint.
-	idfp := string(append(id[:len(id):len(id)], rec.Fingerprint...))
-	k := idfp[:len(id)]
-	e := &hotEntry{fingerprint: idfp[len(id):], expiresAt: rec.ExpiresAt, token: rec.Token,
-		result: *rec.Result, rec: rec, size: size(k, rec)}
-	sh := h.shard(id)
+	// One allocation for the map's key and scope and the fingerprint: the
+	// caller's strings may share memory with a large request, which the
+	// set would otherwise keep alive, and a replay compares the
+	// fingerprint next to the key it has just read.
+	var b strings.Builder
+	b.Grow(len(key) + len(rec.Fingerprint) + len(scope))
+	b.WriteString(key)
+	b.WriteString(rec.Fingerprint)
+	b.WriteString(scope)
+	all := b.String()
+	fpEnd := len(key) + len(rec.Fingerprint)
+	k := hotID{scope: all[fpEnd:], key: all[:len(key)]}
+	e := &hotEntry{fingerprint: all[len(key):fpEnd], expiresAt: rec.ExpiresAt, token: rec.Token,
+		result: *rec.Result, rec: rec, size: size(rec)}
+	sh := h.shard(k.scope, k.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		sh.m = make(map[string]*hotEntry)
-	}
 	delta := e.size
-	if old, ok := sh.m[k]; ok {
+	if old := sh.m.get(k); old != nil {
 		delta -= old.size
 	} else {
 		sh.order = append(sh.order, k)
 	}
-	sh.m[k] = e
+	sh.m.set(k, e)
 	sh.bytes += delta
 	h.bytes.Add(int64(delta))
 	// Evict this shard's oldest while the set is over its bound. With ids
@@ -183,28 +258,28 @@ func (h *hotSet) put(id []byte, rec *Record) {
 	// id kept is queued at least once from head on. An id
 	// dropped earlier may still be queued: it is skipped. Each id is queued
 	// once per insertion, so the work is constant per put on average.
-	for h.bytes.Load() > hotBytes && len(sh.m) > 1 && sh.head < len(sh.order) {
+	for h.bytes.Load() > hotBytes && sh.m.len() > 1 && sh.head < len(sh.order) {
 		old := sh.order[sh.head]
-		sh.order[sh.head] = ""
+		sh.order[sh.head] = hotID{}
 		sh.head++
 		if old == k {
 			// Put again: it is the newest now.
 			sh.order = append(sh.order, k)
 			continue
 		}
-		if r, ok := sh.m[old]; ok {
+		if r := sh.m.get(old); r != nil {
 			sh.bytes -= r.size
 			h.bytes.Add(-int64(r.size))
-			delete(sh.m, old)
+			sh.m.del(old)
 		}
 	}
-	if queued := len(sh.order) - sh.head; queued > 2*len(sh.m)+64 {
+	if queued := len(sh.order) - sh.head; queued > 2*sh.m.len()+64 {
 		// Ids dropped and put again are queued more than once: keep the
 		// latest place of each id still kept.
-		seen := make(map[string]bool, len(sh.m))
-		kept := make([]string, 0, len(sh.m))
+		seen := make(map[hotID]bool, sh.m.len())
+		kept := make([]hotID, 0, sh.m.len())
 		for i := len(sh.order) - 1; i >= sh.head; i-- {
-			if id := sh.order[i]; sh.m[id] != nil && !seen[id] {
+			if id := sh.order[i]; sh.m.get(id) != nil && !seen[id] {
 				seen[id] = true
 				kept = append(kept, id)
 			}
@@ -219,13 +294,14 @@ func (h *hotSet) put(id []byte, rec *Record) {
 	}
 }
 
-func (h *hotSet) drop(id []byte) {
-	sh := h.shard(id)
+func (h *hotSet) drop(scope, key string) {
+	sh := h.shard(scope, key)
+	k := hotID{scope, key}
 	sh.mu.Lock()
-	if old, ok := sh.m[string(id)]; ok {
+	if old := sh.m.get(k); old != nil {
 		sh.bytes -= old.size
 		h.bytes.Add(-int64(old.size))
-		delete(sh.m, string(id))
+		sh.m.del(k)
 	}
 	sh.mu.Unlock()
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 func kept(h *hotSet) (n, bytes int) {
 	for i := range h.shards {
 		sh := &h.shards[i]
-		n += len(sh.m)
+		n += sh.m.len()
 		bytes += sh.bytes
 	}
 	return n, bytes
@@ -22,8 +23,7 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 	h := new(hotSet)
 	body := make([]byte, 8<<10)
 	for i := range 10000 {
-		id := []byte("id-" + strconv.Itoa(i))
-		h.put(id, &Record{State: StateDone, Result: &Result{Body: body}})
+		h.put("", "id-"+strconv.Itoa(i), &Record{State: StateDone, Result: &Result{Body: body}})
 		// Each shard may hold one record beyond the bound.
 		if limit := int64(hotBytes + hotShards*(hotMaxBody+1024)); h.bytes.Load() > limit {
 			t.Fatalf("after %d puts the set holds %d bytes, more than %d", i+1, h.bytes.Load(), limit)
@@ -37,13 +37,16 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 		t.Fatalf("the shards hold %d bytes, the set counts %d", bytes, h.bytes.Load())
 	}
 	big := &Record{State: StateDone, Result: &Result{Body: make([]byte, hotMaxBody+1)}}
-	h.put([]byte("big"), big)
-	if h.get([]byte("big")) != nil {
+	h.put("", "big", big)
+	if h.get("", "big") != nil {
 		t.Fatal("a record with a large body was kept")
 	}
 	for i := range h.shards {
-		for id := range h.shards[i].m {
-			h.drop([]byte(id))
+		for key := range h.shards[i].m.keys {
+			h.drop("", key)
+		}
+		for id := range h.shards[i].m.scoped {
+			h.drop(id.scope, id.key)
 		}
 	}
 	if n, _ := kept(h); h.bytes.Load() != 0 || n != 0 {
@@ -60,7 +63,7 @@ func TestHotSet_HoldsReplayWorkload(t *testing.T) {
 	const n = 20_000
 	for i := range n {
 		key := EffectKey("run", strconv.Itoa(i))
-		h.put(recordID("", key), &Record{Key: key, State: StateDone, Fingerprint: fp,
+		h.put("", key, &Record{Key: key, State: StateDone, Fingerprint: fp,
 			Attempts: make([]Attempt, 1), Result: &Result{Status: 200, Body: body}})
 	}
 	if got, _ := kept(h); got != n {
@@ -73,17 +76,17 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 	rec := &Record{State: StateDone, Result: &Result{Body: []byte("x")}}
 	for round := range 200 {
 		for i := range 100 {
-			id := []byte("id-" + strconv.Itoa(i))
-			h.put(id, rec)
+			id := "id-" + strconv.Itoa(i)
+			h.put("", id, rec)
 			if round%2 == 0 {
-				h.drop(id)
+				h.drop("", id)
 			}
 		}
 	}
 	for i := range h.shards {
 		sh := &h.shards[i]
-		if len(sh.order)-sh.head > 2*len(sh.m)+64+1 {
-			t.Fatalf("shard %d: %d ids queued for %d records", i, len(sh.order)-sh.head, len(sh.m))
+		if len(sh.order)-sh.head > 2*sh.m.len()+64+1 {
+			t.Fatalf("shard %d: %d ids queued for %d records", i, len(sh.order)-sh.head, sh.m.len())
 		}
 	}
 }
@@ -99,7 +102,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 	}
 	for i := range keys {
 		k := "k" + strconv.Itoa(i)
-		h.put(recordID("", k), rec(k))
+		h.put("", k, rec(k))
 	}
 	var got []Tally
 	var wg sync.WaitGroup
@@ -109,13 +112,13 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				k := "k" + strconv.Itoa((g*each+i)%keys)
-				id := recordID("", k)
+				at := base.Add(time.Duration(g*each + i))
 				// Dropped by another goroutine: put it back.
-				for e, _ := h.replay(id, "fp", base.Add(time.Duration(g*each+i)), true); e == nil; e, _ = h.replay(id, "fp", base.Add(time.Duration(g*each+i)), true) {
-					h.put(id, rec(k))
+				for e, _ := h.replay("", k, "fp", at, true); e == nil; e, _ = h.replay("", k, "fp", at, true) {
+					h.put("", k, rec(k))
 				}
 				if i%97 == 0 {
-					h.drop(id)
+					h.drop("", k)
 				}
 			}
 		}()
@@ -154,15 +157,14 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	h := new(hotSet)
 	now := time.Unix(1_700_000_000, 0)
-	id := recordID("", "k")
-	h.put(id, &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
-	if e, _ := h.replay(id, "other", now, true); e != nil {
+	h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
+	if e, _ := h.replay("", "k", "other", now, true); e != nil {
 		t.Fatal("replayed for another fingerprint")
 	}
-	if e, _ := h.replay(id, "fp", now.Add(time.Second), true); e != nil {
+	if e, _ := h.replay("", "k", "fp", now.Add(time.Second), true); e != nil {
 		t.Fatal("replayed once expired")
 	}
-	if e, _ := h.replay(id, "fp", now, true); e == nil {
+	if e, _ := h.replay("", "k", "fp", now, true); e == nil {
 		t.Fatal("not replayed")
 	}
 	got := h.takeCounts(nil)
@@ -171,5 +173,45 @@ func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	}
 	if got := h.takeCounts(nil); len(got) != 0 {
 		t.Fatalf("counts taken twice: %+v", got)
+	}
+}
+
+// Records of one key in several scopes are kept apart, and a request
+// finds only its own scope's, whatever bytes its scope and key hold.
+func TestHotSet_ScopesKeptApart(t *testing.T) {
+	h := new(hotSet)
+	now := time.Unix(1_700_000_000, 0)
+	ids := []hotID{{"", "k"}, {"a", "k"}, {"b", "k"}, {"", "ak"}, {"", recordIDString("a", "k")}}
+	for i, id := range ids {
+		h.put(id.scope, id.key, &Record{Scope: id.scope, Key: id.key, State: StateDone, Fingerprint: "fp",
+			ExpiresAt: now.Add(time.Hour), Result: &Result{Status: 200 + i}})
+	}
+	for i, id := range ids {
+		e, _ := h.replay(id.scope, id.key, "fp", now, false)
+		if e == nil || e.result.Status != 200+i {
+			t.Fatalf("%+v: got %+v, want status %d", id, e, 200+i)
+		}
+	}
+	for _, id := range []hotID{{"a", ""}, {"ak", ""}, {"a\x00", "k"}, {"\x01a", "k"}, {"c", "k"}} {
+		if e, _ := h.replay(id.scope, id.key, "fp", now, false); e != nil {
+			t.Fatalf("%+v: replayed %+v", id, e.rec)
+		}
+	}
+	h.drop("a", "k")
+	if h.get("a", "k") != nil || h.get("", "k") == nil || h.get("b", "k") == nil {
+		t.Fatal("dropping one scope's record dropped another's, or kept it")
+	}
+	if n, _ := kept(h); n != len(ids)-1 {
+		t.Fatalf("%d records kept, want %d", n, len(ids)-1)
+	}
+}
+
+func recordIDString(scope, key string) string { return string(recordID(scope, key)) }
+
+func TestSplitRecordID(t *testing.T) {
+	for _, id := range []hotID{{"", "k"}, {"tenant", "k-1"}, {strings.Repeat("s", MaxScopeLen), "k"}} {
+		if scope, key := splitRecordID(recordID(id.scope, id.key)); scope != id.scope || key != id.key {
+			t.Fatalf("%+v: split into %q, %q", id, scope, key)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func forget(t *testing.T, b *BadgerBackend, keys ...string) {
 		return nil
 	}))
 	for _, k := range keys {
-		b.hot.drop(recordID("", k))
+		b.hot.drop("", k)
 	}
 }
 
