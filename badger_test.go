@@ -286,3 +286,26 @@ func TestBadger_Replay_AllocatesNothing(t *testing.T) {
 		require.Equal(t, int64(1001), rec.Replays) // AllocsPerRun runs once more to warm up
 	}
 }
+
+// With a Clock other than the system clock, every replay reads it: a
+// record replays until the nanosecond it expires, and at that one runs
+// again, however far from its expiry it was when the set last saw it.
+func TestBadger_Replay_InjectedClockIsExact(t *testing.T) {
+	clk := idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	s := openStore(t, t.TempDir(), &idem.Options{Clock: clk, Retention: time.Hour})
+	req := idem.Request{Key: "k", Fingerprint: "fp"}
+	_, _, err := s.Do(bg, req, ok("x"))
+	require.NoError(t, err)
+	_, res, err := s.Begin(bg, req)
+	require.NoError(t, err)
+	require.NotNil(t, res)
+	clk.Advance(time.Hour - 1)
+	_, res, err = s.Begin(bg, req)
+	require.NoError(t, err)
+	require.NotNil(t, res, "not replayed a nanosecond before expiry")
+	clk.Advance(1)
+	c, res, err := s.Begin(bg, req)
+	require.NoError(t, err)
+	require.Nil(t, res, "replayed at expiry")
+	require.NotNil(t, c)
+}

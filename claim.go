@@ -153,8 +153,9 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 // differs (a mismatch to count and report), its record has expired, or
 // the store or ctx is done. A replay here takes one lock, of the key's
 // shard of the set (which also guards the replay's count), allocates
-// nothing and makes no backend call (so it needs no enter/leave: it never
-// touches storage).
+// nothing, makes no backend call (so it needs no enter/leave: it never
+// touches storage) and, with the system clock, reads no clock unless the
+// record is within coarseSlack of its expiry (replayClock).
 //
 // It skips the key's validation: records are kept only under valid keys
 // (UnmarshalRecord and Claim check them), so a hit proves the request's key
@@ -163,9 +164,8 @@ func (s *Store) replayHot(ctx context.Context, req Request) *Result {
 	if s.refusing.Load() || ctx.Err() != nil {
 		return nil
 	}
-	// The clock is read outside the shard's lock, to keep that short.
-	now := s.now()
-	e, full := s.hot.replay(req.Scope, req.Key, req.Fingerprint, now, s.tallier != nil)
+	now, behind := s.replayClock()
+	e, now, full := s.hot.replay(req.Scope, req.Key, req.Fingerprint, now, behind, s.now, s.tallier != nil)
 	if e == nil {
 		return nil
 	}
@@ -176,6 +176,19 @@ func (s *Store) replayHot(ctx context.Context, req Request) *Result {
 		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.token, Time: now})
 	}
 	return &e.result
+}
+
+// replayClock returns the time a replay from the hot set is judged at and
+// how much older than the current time it may be: with the system clock,
+// the latest reading, taken in the background (see coarseSlack); otherwise,
+// or when an Observer is to get the replay's exact time, a fresh reading.
+func (s *Store) replayClock() (time.Time, time.Duration) {
+	if s.wall != nil && s.o.Observer == nil {
+		if t := s.wall.latest(); t != nil {
+			return *t, coarseSlack
+		}
+	}
+	return s.now(), 0
 }
 
 func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {

@@ -35,6 +35,17 @@ type wallClock struct {
 	base atomic.Pointer[time.Time] // the latest wall-clock reading, with its monotonic one
 }
 
+// refresh takes a new wall-clock reading.
+func (c *wallClock) refresh() {
+	t := time.Now()
+	c.base.Store(&t)
+}
+
+// latest returns the latest reading, or nil before the first: at most a
+// second old when now is called, and coarseEvery old while the Store's
+// clockLoop runs.
+func (c *wallClock) latest() *time.Time { return c.base.Load() }
+
 func (c *wallClock) now() time.Time {
 	if b := c.base.Load(); b != nil {
 		if d := time.Since(*b); d >= 0 && d < time.Second {
@@ -45,3 +56,23 @@ func (c *wallClock) now() time.Time {
 	c.base.Store(&t)
 	return t
 }
+
+// A replay answered from the hot set reads no clock: it is judged on the
+// latest reading of the wallClock, which the Store's clockLoop refreshes
+// every coarseEvery, because a fresh reading costs as much as the rest of
+// the replay. That reading may be late, so a record replays on it only if
+// it has more than coarseSlack to live by it; a record nearer its expiry
+// (or past it) is judged again on a fresh reading. Expiry is thus judged as
+// on a fresh reading as long as the latest reading is less than coarseSlack
+// old: only a clockLoop stalled for over a minute (the process stopped or
+// starved that long) lets a record replay after its expiry, and then by no
+// more than the stall's excess over the minute. A step of the wall clock
+// shows within coarseEvery, as it shows within a second in wallClock.now.
+// The count of such a replay carries the reading's time, up to coarseEvery
+// early. The refresh costs ten wake-ups a second while the store is open.
+// The Store does this with the system clock only: any other Clock is read
+// for every replay, so that a test's clock is obeyed exactly.
+const (
+	coarseEvery = 100 * time.Millisecond
+	coarseSlack = time.Minute
+)

@@ -69,6 +69,14 @@
 //     defeats any store.
 //   - Set Retention longer than the longest pause a run can take: a repeat
 //     after expiry runs the effect again.
+//   - With the system clock and the Badger backend, a replay of a record
+//     with over a minute to live is judged on a clock reading refreshed
+//     every 100 ms in the background rather than a fresh one, which would
+//     cost as much as the rest of the replay. Expiry is still judged
+//     exactly unless that refresh stalls for over a minute (the process
+//     stopped or starved that long), and then late by no more than the
+//     stall's excess over the minute; such a replay's LastReplay may be up
+//     to 100 ms early. Any other Clock is read on every request.
 //   - The Badger backend serves one process at a time (Badger locks its
 //     directory); use pgstore for several replicas.
 //   - A replayed Result (from Begin or Do) may be shared with every other

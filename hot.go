@@ -17,7 +17,7 @@ import (
 // it expires (its counts live beside it, see AddTallies). Whatever deletes
 // or replaces a record (Reclaim, a claim of an expired record) drops it
 // from the set after its commit, and a reader re-checks expiry with the
-// store's clock on every use.
+// store's clock on every use (on its latest reading, see coarseSlack).
 //
 // The set is split into shards by a hash of the scope and key, each with its
 // own lock, so that replays of different keys on different cores do not
@@ -194,17 +194,32 @@ func (h *hotSet) get(scope, key string) *hotEntry {
 }
 
 // replay returns the entry kept for (scope, key) if its fingerprint is fp
-// and it has not expired at now, and then, if count, counts a replay at now
-// on it. full reports that the shard's pending list has grown to its share
-// of maxTallies, so that the caller can ask for an early flush. It
-// allocates nothing (but for the pending list's growth).
-func (h *hotSet) replay(scope, key, fp string, now time.Time, count bool) (e *hotEntry, full bool) {
+// and it has not expired, and then, if count, counts a replay on it at the
+// time it was judged at, which it returns. now is a reading of the store's
+// clock that may be up to behind older than the current time (0 for a
+// fresh reading): an entry live at now+behind is live now; one that is not
+// is judged again on fresh(), read under the lock (rare: only a record
+// near its expiry needs it), so that a reading at most behind old never
+// replays an expired record. full reports that the shard's pending list
+// has grown to its share of maxTallies, so that the caller can ask for an
+// early flush. It allocates nothing (but for the pending list's growth).
+func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Duration, fresh func() time.Time,
+	count bool) (e *hotEntry, at time.Time, full bool) {
 	sh := h.shard(scope, key)
 	sh.mu.Lock()
 	e = sh.m.get(hotID{scope, key})
-	if e == nil || e.fingerprint != fp || !now.Before(e.expiresAt) {
+	if e == nil || e.fingerprint != fp {
 		sh.mu.Unlock()
-		return nil, false
+		return nil, now, false
+	}
+	if !now.Add(behind).Before(e.expiresAt) {
+		if behind > 0 {
+			now = fresh()
+		}
+		if !now.Before(e.expiresAt) {
+			sh.mu.Unlock()
+			return nil, now, false
+		}
 	}
 	if count {
 		if e.replays == 0 {
@@ -212,12 +227,12 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, count bool) (e *ho
 			full = len(sh.pending) >= maxTallies/hotShards
 		}
 		e.replays++
-		if at := now.UnixNano(); at > e.lastReplay {
-			e.lastReplay = at
+		if ns := now.UnixNano(); ns > e.lastReplay {
+			e.lastReplay = ns
 		}
 	}
 	sh.mu.Unlock()
-	return e, full
+	return e, now, full
 }
 
 // put keeps rec, the record stored under (scope, key), which must be done

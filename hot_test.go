@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,7 +115,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 				k := "k" + strconv.Itoa((g*each+i)%keys)
 				at := base.Add(time.Duration(g*each + i))
 				// Dropped by another goroutine: put it back.
-				for e, _ := h.replay("", k, "fp", at, true); e == nil; e, _ = h.replay("", k, "fp", at, true) {
+				for e, _, _ := h.replay("", k, "fp", at, 0, nil, true); e == nil; e, _, _ = h.replay("", k, "fp", at, 0, nil, true) {
 					h.put("", k, rec(k))
 				}
 				if i%97 == 0 {
@@ -158,13 +159,13 @@ func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	h := new(hotSet)
 	now := time.Unix(1_700_000_000, 0)
 	h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
-	if e, _ := h.replay("", "k", "other", now, true); e != nil {
+	if e, _, _ := h.replay("", "k", "other", now, 0, nil, true); e != nil {
 		t.Fatal("replayed for another fingerprint")
 	}
-	if e, _ := h.replay("", "k", "fp", now.Add(time.Second), true); e != nil {
+	if e, _, _ := h.replay("", "k", "fp", now.Add(time.Second), 0, nil, true); e != nil {
 		t.Fatal("replayed once expired")
 	}
-	if e, _ := h.replay("", "k", "fp", now, true); e == nil {
+	if e, _, _ := h.replay("", "k", "fp", now, 0, nil, true); e == nil {
 		t.Fatal("not replayed")
 	}
 	got := h.takeCounts(nil)
@@ -173,6 +174,61 @@ func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	}
 	if got := h.takeCounts(nil); len(got) != 0 {
 		t.Fatalf("counts taken twice: %+v", got)
+	}
+}
+
+// A reading of the clock at most behind late never replays an expired
+// record: a record with more than behind to live by the reading replays on
+// the reading alone; any other is judged on a fresh reading. A reading
+// later than that replays a record no longer than the excess past its
+// expiry. The replay is counted at the time it was judged at.
+func TestHotSet_Replay_LateReading(t *testing.T) {
+	expires := time.Unix(1_700_000_000, 0)
+	const behind = time.Minute
+	offsets := []time.Duration{-2 * behind, -behind - 1, -behind, -behind + 1, -time.Second, -1, 0, 1,
+		time.Second, behind / 2, behind, 2 * behind}
+	for _, off := range offsets {
+		current := expires.Add(off) // the time a fresh reading gives
+		for _, late := range []time.Duration{0, 1, time.Second, behind / 2, behind - 1, behind,
+			behind + 1, behind + time.Second, 2 * behind} {
+			h := new(hotSet)
+			h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: expires, Result: &Result{}})
+			reading := current.Add(-late)
+			freshReads := 0
+			fresh := func() time.Time {
+				freshReads++
+				return current
+			}
+			e, at, _ := h.replay("", "k", "fp", reading, behind, fresh, true)
+			name := fmt.Sprintf("%v from expiry, reading %v late", off, late)
+			// The bound: late by at most behind, never replayed once
+			// expired; later, by no more than the excess.
+			if e != nil && !current.Before(expires.Add(max(late-behind, 0))) {
+				t.Fatalf("%s: replayed", name)
+			}
+			if late <= behind && (e != nil) != current.Before(expires) {
+				t.Fatalf("%s: replayed %v, want %v", name, e != nil, current.Before(expires))
+			}
+			// The fresh reading is taken exactly when the late one does not
+			// prove the record live, and is then what it is judged on.
+			if wantFresh := !reading.Add(behind).Before(expires); (freshReads == 1) != wantFresh || freshReads > 1 {
+				t.Fatalf("%s: %d fresh readings, want one: %v", name, freshReads, wantFresh)
+			}
+			want := reading
+			if freshReads == 1 {
+				want = current
+			}
+			if !at.Equal(want) {
+				t.Fatalf("%s: judged at %v, want %v", name, at, want)
+			}
+			got := h.takeCounts(nil)
+			if e == nil && len(got) != 0 {
+				t.Fatalf("%s: not replayed, but counted: %+v", name, got)
+			}
+			if e != nil && (len(got) != 1 || got[0].Replays != 1 || !got[0].LastReplay.Equal(at)) {
+				t.Fatalf("%s: counts %+v, want one replay at %v", name, got, at)
+			}
+		}
 	}
 }
 
@@ -187,13 +243,13 @@ func TestHotSet_ScopesKeptApart(t *testing.T) {
 			ExpiresAt: now.Add(time.Hour), Result: &Result{Status: 200 + i}})
 	}
 	for i, id := range ids {
-		e, _ := h.replay(id.scope, id.key, "fp", now, false)
+		e, _, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false)
 		if e == nil || e.result.Status != 200+i {
 			t.Fatalf("%+v: got %+v, want status %d", id, e, 200+i)
 		}
 	}
 	for _, id := range []hotID{{"a", ""}, {"ak", ""}, {"a\x00", "k"}, {"\x01a", "k"}, {"c", "k"}} {
-		if e, _ := h.replay(id.scope, id.key, "fp", now, false); e != nil {
+		if e, _, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false); e != nil {
 			t.Fatalf("%+v: replayed %+v", id, e.rec)
 		}
 	}

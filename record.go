@@ -101,9 +101,10 @@ type Record struct {
 	// first: the first claim and the latest ones, at most MaxAttempts.
 	Attempts []Attempt `msgpack:"a,omitempty"`
 	// Replays counts the repeats answered with the saved result;
-	// LastReplay is the latest. Counted in batches, every second or, when
-	// many keys are counted, every few: a crash may lose the last batch's
-	// counts, never a result.
+	// LastReplay is the latest (up to 100 ms early with the system clock,
+	// see Options.Clock). Counted in batches, every second or, when many
+	// keys are counted, every few: a crash may lose the last batch's counts,
+	// never a result.
 	Replays    int64     `msgpack:"rp,omitempty"`
 	LastReplay time.Time `msgpack:"lr,omitempty"`
 	// Conflicts counts repeats refused because a claim was in progress

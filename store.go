@@ -66,7 +66,10 @@ type Options struct {
 
 	// Clock is the store's time. Default the system clock (SystemClock),
 	// which the store reads as a wall-clock reading at most a second old
-	// advanced by the monotonic clock: one clock read per request.
+	// advanced by the monotonic clock: one clock read per request. A replay
+	// of a record with over a minute to live reads none: it is judged on a
+	// reading refreshed every 100 ms in the background (see Caveats in the
+	// package documentation). Any other Clock is read on every request.
 	Clock Clock
 
 	// Observer receives every transition. Default none.
@@ -163,6 +166,7 @@ type Store struct {
 	stop      chan struct{} // closed to stop the background goroutines
 	bgDone    chan struct{} // closed when the background sweep has returned
 	tallyDone chan struct{} // closed when the tally flusher has returned
+	clockDone chan struct{} // closed when the clock loop has returned
 	flushNow  chan struct{} // asks the tally flusher to flush early
 	sweeps    sync.Mutex    // one Sweep at a time
 	counts    tallies       // replays and rejections not yet flushed
@@ -211,7 +215,7 @@ func New(b Backend, opts *Options) *Store {
 	}
 	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
-		flushNow: make(chan struct{}, 1)}
+		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(Tallier)
 	if _, ok := o.Clock.(systemClock); ok {
@@ -221,6 +225,12 @@ func New(b Backend, opts *Options) *Store {
 		s.hot = hb.hotRecords()
 	}
 	go s.tallyLoop()
+	if s.wall != nil && s.hot != nil {
+		s.wall.refresh()
+		go s.clockLoop()
+	} else {
+		close(s.clockDone)
+	}
 	if s.o.SweepInterval > 0 {
 		go s.background()
 	} else {
@@ -263,6 +273,7 @@ func (s *Store) Close() error {
 	close(s.stop)
 	<-s.bgDone
 	<-s.tallyDone
+	<-s.clockDone
 	if err := s.flushTallies(context.Background()); err != nil {
 		s.observeErr("tally", "", "", 0, err)
 	}
@@ -324,6 +335,23 @@ func (s *Store) claimFinished() {
 		s.cond.Broadcast()
 	}
 	s.mu.Unlock()
+}
+
+// clockLoop refreshes the latest reading of the system clock every
+// coarseEvery until the store stops, for replays to be judged on (see
+// coarseSlack).
+func (s *Store) clockLoop() {
+	defer close(s.clockDone)
+	t := time.NewTicker(coarseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.wall.refresh()
+		}
+	}
 }
 
 func (s *Store) now() time.Time {
