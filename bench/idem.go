@@ -97,9 +97,10 @@ func (st *idemStore) store() *idem.Store {
 // Begin implements Claimer.
 func (st *idemStore) Begin(ctx context.Context, key, fp string) (Attempt, error) {
 	c, res, err := st.store().Begin(ctx, idem.Request{Key: key, Fingerprint: fp})
-	var busy *idem.InProgressError
+	// errors.Is rather than errors.As: a target variable for As escapes,
+	// and would cost an allocation on every call, not only on errors.
 	switch {
-	case errors.As(err, &busy):
+	case errors.Is(err, idem.ErrInProgress):
 		return Attempt{Outcome: Busy}, nil
 	case err != nil:
 		return Attempt{}, err
@@ -118,8 +119,7 @@ func (st *idemStore) Complete(ctx context.Context, key string, a Attempt, result
 func (st *idemStore) Do(ctx context.Context, key, fp string, fn func() []byte) ([]byte, bool, error) {
 	res, replayed, err := st.store().Do(ctx, idem.Request{Key: key, Fingerprint: fp},
 		func(context.Context) (idem.Result, error) { return idem.Result{Status: 200, Body: fn()}, nil })
-	var busy *idem.InProgressError
-	if errors.As(err, &busy) {
+	if errors.Is(err, idem.ErrInProgress) {
 		return nil, false, errBusy
 	}
 	return res.Body, replayed, err
