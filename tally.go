@@ -17,8 +17,8 @@ import (
 // last batch, never a result.
 //
 // Replays answered from the Badger backend's hot set, the bulk of them, are
-// counted with atomics in the hot entry itself (hotSet.count): no lock and
-// no map lookup on the replay. Everything else (rejections, replays read
+// counted in the hot entry itself, under the shard lock the replay takes
+// anyway: no other lock and no map lookup on the replay. Everything else (rejections, replays read
 // from storage) is rarer, and is counted in a map under a mutex.
 
 const (
