@@ -184,56 +184,110 @@ func (b *BadgerBackend) batch(fn func(w *wtxn) error) error {
 	}
 }
 
+// pipe is the committer's end of the pipeline: the syncer's handshake and
+// the applier's queue. Only the committer uses it.
+type pipe struct {
+	ready   chan struct{} // the syncer is free and waits for a unit
+	units   chan *unit
+	applied chan *unit // to the applier, in order
+	quit    chan struct{}
+	// idle is true once the committer took ready: the syncer waits for
+	// a unit, and until the committer sends one, the log is the
+	// committer's to write.
+	idle                    bool
+	syncerDone, applierDone chan struct{}
+}
+
+// startPipe starts the syncer and the applier.
+func (b *BadgerBackend) startPipe() *pipe {
+	p := &pipe{ready: make(chan struct{}), units: make(chan *unit), applied: make(chan *unit, applyDepth),
+		quit: make(chan struct{}), syncerDone: make(chan struct{}), applierDone: make(chan struct{})}
+	go b.syncer(p)
+	go b.applier(p.applied, p.applierDone)
+	return p
+}
+
+// send hands u to the syncer, once it is free.
+func (p *pipe) send(u *unit) {
+	if !p.idle {
+		<-p.ready
+	}
+	p.idle = false
+	p.units <- u
+}
+
+// waitIdle waits until the syncer is free.
+func (p *pipe) waitIdle() {
+	if !p.idle {
+		<-p.ready
+		p.idle = true
+	}
+}
+
+// stop stops the syncer and then the applier, once they finished the
+// units they were given.
+func (p *pipe) stop() {
+	close(p.quit)
+	<-p.syncerDone
+	close(p.applied)
+	<-p.applierDone
+}
+
 // committer runs ops into the current unit and hands the unit to the
-// syncer whenever the syncer is free, until stop is closed.
+// syncer whenever the syncer is free, until stop is closed. When no other
+// op waits, it finishes the unit itself instead (the syncer being free):
+// a lone caller's op then costs no wake-up of the syncer, and with no op
+// to run meanwhile, the syncer would gain nothing.
 func (b *BadgerBackend) committer() {
 	defer close(b.committerDone)
-	ready := make(chan struct{})
-	units := make(chan *unit)
-	quit := make(chan struct{})
-	syncerDone := make(chan struct{})
-	go b.syncer(ready, units, quit, syncerDone)
-	defer func() {
-		close(quit)
-		<-syncerDone
-	}()
+	p := b.startPipe()
+	defer p.stop()
 	cur := &unit{}
 	handOver := func() {
 		// Run what queued up while the syncer worked: the unit grows with
 		// the load, and so do the ops per sync.
+		drained := false
 	drain:
 		for len(cur.ops) < maxGroup {
 			select {
 			case o := <-b.ops:
-				cur = b.run(cur, o, ready, units)
+				cur = b.run(cur, o, p)
+				drained = true
 			default:
 				break drain
 			}
 		}
-		units <- b.seal(cur)
+		u := b.seal(cur)
 		cur = &unit{}
+		if drained || len(b.ops) > 0 {
+			p.send(u)
+			return
+		}
+		b.finish(u, p.applied)
 	}
 	for {
 		switch {
 		case len(cur.ops) == 0:
 			select {
 			case o := <-b.ops:
-				cur = b.run(cur, o, ready, units)
+				cur = b.run(cur, o, p)
 			case <-b.stopped:
 				return
 			}
 		case len(cur.ops) >= maxGroup:
-			<-ready
+			p.waitIdle()
+			handOver()
+		case p.idle:
 			handOver()
 		default:
 			select {
-			case <-ready:
+			case <-p.ready:
+				p.idle = true
 				handOver()
 			case o := <-b.ops:
-				cur = b.run(cur, o, ready, units)
+				cur = b.run(cur, o, p)
 			case <-b.stopped:
-				<-ready
-				units <- b.seal(cur)
+				p.send(b.seal(cur))
 				return
 			}
 		}
@@ -243,7 +297,7 @@ func (b *BadgerBackend) committer() {
 // run runs one op in u and returns the unit that the next op joins: u, or
 // a new one if u outgrew a transaction and was handed over (which waits
 // for the syncer).
-func (b *BadgerBackend) run(u *unit, o op, ready <-chan struct{}, units chan<- *unit) *unit {
+func (b *BadgerBackend) run(u *unit, o op, p *pipe) *unit {
 	if err := b.brokenErr(); err != nil {
 		o.done <- err
 		return u
@@ -294,8 +348,7 @@ func (b *BadgerBackend) run(u *unit, o op, ready <-chan struct{}, units chan<- *
 	}
 	// Too big beside the others: hand them over, then give this op a
 	// transaction of its own.
-	<-ready
-	units <- b.seal(u)
+	p.send(b.seal(u))
 	n := &unit{}
 	b.retire()
 	n.txn = b.db.NewTransaction(true)
@@ -402,22 +455,18 @@ const applyDepth = 8
 // syncer finishes the units the committer hands it, one at a time: it
 // asks for the next by sending on ready. It hands every unit on to the
 // applier, in order, once its ops are answered.
-func (b *BadgerBackend) syncer(ready chan<- struct{}, units <-chan *unit, quit <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	applied := make(chan *unit, applyDepth)
-	applierDone := make(chan struct{})
-	go b.applier(applied, applierDone)
-	defer func() {
-		close(applied)
-		<-applierDone
-	}()
+func (b *BadgerBackend) syncer(p *pipe) {
+	defer close(p.syncerDone)
 	for {
 		select {
-		case ready <- struct{}{}:
-			u := <-units
-			b.finish(u)
-			applied <- u
-		case <-quit:
+		case p.ready <- struct{}{}:
+			select {
+			case u := <-p.units:
+				b.finish(u, p.applied)
+			case <-p.quit:
+				return
+			}
+		case <-p.quit:
 			return
 		}
 	}
@@ -430,7 +479,7 @@ func (b *BadgerBackend) syncer(ready chan<- struct{}, units <-chan *unit, quit <
 // fails, the store stops writing until it is reopened (brokenErr): later
 // units read u's writes from the overlay, so they cannot go on as if u
 // had not been.
-func (b *BadgerBackend) finish(u *unit) {
+func (b *BadgerBackend) finish(u *unit, applied chan<- *unit) {
 	fail := func(err error) {
 		// Nothing of u is durable or answered: readers never look at its
 		// overlay entries, and the applier lets the committer retire them.
@@ -441,6 +490,7 @@ func (b *BadgerBackend) finish(u *unit) {
 			}
 			u.ops[i].done <- u.results[i]
 		}
+		applied <- u
 	}
 	if err := b.brokenErr(); err != nil {
 		fail(err)
@@ -474,6 +524,10 @@ func (b *BadgerBackend) finish(u *unit) {
 		b.durable.Store(u.seq)
 		u.state = unitLogged
 	}
+	// The applier gets u before its callers are answered: a woken goroutine
+	// runs before the one woken ahead of it on the same processor, so the
+	// callers run first and the Badger commit waits for a free moment.
+	applied <- u
 	b.answer(u)
 }
 
