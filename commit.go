@@ -246,24 +246,17 @@ func (b *BadgerBackend) committer() {
 	handOver := func() {
 		// Run what queued up while the syncer worked: the unit grows with
 		// the load, and so do the ops per sync.
-		drained := false
 	drain:
 		for len(cur.ops) < maxGroup {
 			select {
 			case o := <-b.ops:
 				cur = b.run(cur, o, p)
-				drained = true
 			default:
 				break drain
 			}
 		}
-		u := b.seal(cur)
+		p.send(b.seal(cur))
 		cur = &unit{}
-		if drained || len(b.ops) > 0 {
-			p.send(u)
-			return
-		}
-		b.finish(u, p.applied)
 	}
 	for {
 		switch {
@@ -524,11 +517,17 @@ func (b *BadgerBackend) finish(u *unit, applied chan<- *unit) {
 		b.durable.Store(u.seq)
 		u.state = unitLogged
 	}
-	// The applier gets u before its callers are answered: a woken goroutine
-	// runs before the one woken ahead of it on the same processor, so the
-	// callers run first and the Badger commit waits for a free moment.
-	applied <- u
+	// A goroutine woken last runs first on this processor. A lone caller
+	// is woken after the applier, so that it goes on before the Badger
+	// commit; a group's callers are woken first, so that none of them
+	// waits for the wake-up of the applier.
+	if len(u.ops) == 1 {
+		applied <- u
+		b.answer(u)
+		return
+	}
 	b.answer(u)
+	applied <- u
 }
 
 // The states in which the syncer hands a unit to the applier.
