@@ -49,7 +49,7 @@ func chartSVG(r *Results) string {
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="10" y="22" font-size="16" font-weight="bold">idem against its peers (%s mode, medians of %d; log scale; ratio to idem after each bar)</text>`+"\n",
 		html.EscapeString(r.Mode), r.Plan.Reps)
-	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s, %d cores, %s; blue: idem, grey: peers, orange: raw 4 KiB write + fdatasync</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s, %d cores, %s; blue: idem, grey: peers, orange: raw 4 KiB synced writes (fdatasync, O_DIRECT)</text>`+"\n",
 		html.EscapeString(r.Machine.CPU), r.Machine.Cores, r.Machine.Date.Format("2006-01-02"))
 	for _, p := range panels {
 		b.WriteString(p)

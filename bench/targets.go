@@ -136,35 +136,46 @@ func missing(ms ...*Measurement) string {
 func missNotes() map[string]string {
 	return map[string]string{
 		"cycle-32": "A cycle is two durable commits (the claim before the effect runs, the result before the caller " +
-			"is answered). idem groups concurrent commits: the committer runs the ops that arrive into the next " +
-			"group while the syncer writes the previous one to idem's log (one pwrite and one fdatasync on " +
-			"preallocated blocks) and then to Badger; the ops are answered once the sync returns. At 32 " +
-			"goroutines the rate is then bound by the CPU work of each op on the single committer (a Badger " +
-			"transaction read and write, msgpack encoding of the record with its story) and by Badger's own " +
-			"unsynced commit, on a 2-core machine shared with the clients. Closing the rest: less work per op " +
-			"on the committer (smaller records, no Badger read for a key the committer knows is absent).",
-		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, so 0.5× the " +
-			"raw loop is the ceiling of any design that syncs the claim and the result separately; the CPU work " +
-			"of the cycle (about 60-100 µs) and the hand-offs between the caller, the committer and the syncer " +
-			"come on top. Closing it: less work per op, so that the two syncs are all that remains.",
-		"cycle-1-aim": "0.8× needs fewer than two syncs per cycle at one goroutine, which the contract (a claim " +
-			"durable before the effect, a result durable before the answer) does not allow for a single caller: " +
-			"only concurrent callers can share syncs.",
+			"is answered). idem groups concurrent commits in a three-stage pipeline: the committer runs the ops " +
+			"that arrive into the next group, the syncer writes the previous group to idem's log (one " +
+			"O_DIRECT|O_DSYNC write of preallocated blocks) and answers its ops, and the applier commits the " +
+			"group before to Badger, unsynced. At 32 goroutines on this 2-core machine, shared with the 32 " +
+			"clients, the rate is bound by CPU: about 85-100 µs per cycle in profiles, of which Badger's memtable " +
+			"writes (its own log and skiplist, 5-6 entries per cycle) are the largest part, then the committer's " +
+			"reads and writes, allocation and GC, and the synced writes themselves (on this VM a synced write " +
+			"costs 150-190 µs of CPU, so larger groups cost less per op). Closing the rest: fewer and smaller " +
+			"Badger entries per cycle (a more compact record encoding; the claim index and the token kept " +
+			"elsewhere), which Badger v4's API bounds: it has no way to skip its own memtable log.",
+		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes. idem writes " +
+			"them with O_DIRECT|O_DSYNC, which this disk completes about 15% faster than a write and an " +
+			"fdatasync (see the odirect row), so two of them allow at most about 0.58× the fdatasync loop. The " +
+			"rest of a cycle is the op's CPU work (about 20 µs per op) and waking goroutines: on this VM a " +
+			"wake-up of a parked goroutine costs 30-45 µs (measured: from the end of the synced write to the " +
+			"caller running again, 44 µs, of which 1.4 µs is idem's own work), and each op wakes the committer " +
+			"and then the caller. Closing it: run a lone caller's op and its log write on the caller's own " +
+			"goroutine, handing the log between the caller, the committer and the syncer so that the committer " +
+			"still runs the next ops during a sync (a first try, in which the committer wrote lone groups " +
+			"itself, gained about 7% at one goroutine and lost a quarter at 32, and was dropped).",
+		"cycle-1-aim": "0.8× needs fewer than two synced writes per cycle at one goroutine, which the contract (a " +
+			"claim durable before the effect, a result durable before the answer) does not allow for a single " +
+			"caller: only concurrent callers can share syncs.",
 		"replay-bbolt": "A replay of a key in idem's hot set never reaches Badger; a key read once since the " +
 			"store opened is not in it yet, and its first replay reads the LSM tree and decodes the record " +
 			"(30-50 µs), which shows in the first repetition after a reopen.",
-		"replay-map": "A replay is a Begin answered from idem's hot set: one lookup in a sharded map under the " +
-			"shard's lock, the store's clock read to check expiry, the fingerprint compared, the replay " +
-			"counted, no allocation. The map contender does the lookup alone, with no expiry, fingerprint or " +
-			"count. At one goroutine the clock read and building the record's id are what separate the two " +
-			"(about 40-50 ns of ~200-600). Closing it: a coarser clock for expiry checks, and ids built without " +
-			"a copy.",
+		"replay-map": "A replay is a Begin answered from idem's hot set: one lookup by (scope, key) in a sharded " +
+			"map under the shard's lock, expiry judged on a clock reading refreshed every 100 ms, the " +
+			"fingerprint compared, the replay counted, no allocation. The map contender does the lookup alone, " +
+			"with no expiry, fingerprint or count, and with the very key strings it stored, so its compares " +
+			"skip reading the bytes. Closing the rest: index each shard by a seeded hash with short keys in the " +
+			"entry, to save a cache miss per replay.",
 		"mem": "Badger reads its tables through mmap, so after random reads its table files are resident in the " +
-			"process almost whole (RssFile), beside its memtables, table indexes and bloom filters (RssAnon). " +
-			"zstd on 16 KiB blocks and 1 MiB tables roughly halved the figure; SQLite reads through its 2 MiB " +
-			"page cache and leaves the rest to the kernel's page cache, which is not counted. Closing it would " +
-			"take reading tables with pread instead of mmap (not an option in Badger v4) or a store whose index " +
-			"is not resident.",
+			"process almost whole (RssFile, about 115 MiB at 1M keys), beside its memtable arena, block and " +
+			"index caches and idem's hot set of recent records (RssAnon, about 30 MiB). SQLite reads through " +
+			"its 2 MiB page cache and leaves the rest to the kernel's page cache, which RSS does not count " +
+			"(RssAnon 10 MiB). Even without the mapped tables, idem's caches alone exceed SQLite's whole figure. " +
+			"Closing it would take reading tables with pread into a bounded cache (Badger v4 has no such " +
+			"option; its tables are always mapped) and caches sized down, at a cost to the replay and write " +
+			"targets.",
 		"heap": "Badger allocates its memtables and caches when it opens; BadgerOptions sizes them.",
 		"disk": "Each idem record holds its story (claims, attempts, replays, times) beside the result, plus an " +
 			"expiry-index entry, and Badger's LSM keeps overwritten versions until compaction. Closing it: " +

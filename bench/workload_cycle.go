@@ -18,7 +18,7 @@ func (s *Suite) cycles(ctx context.Context) error {
 		id := fmt.Sprintf("cycle-%d", g)
 		s.addWorkload(Workload{ID: id, Title: fmt.Sprintf("Claim + complete on fresh keys, %d goroutine(s)", g),
 			About: "one cycle = claim an absent key (durable before the effect would run) and save its ~90-byte result " +
-				"(durable before the caller is answered); for the sync loop, one 4 KiB write + fdatasync",
+				"(durable before the caller is answered); for the sync loops, one 4 KiB write + fdatasync, or one O_DIRECT|O_DSYNC 4 KiB write",
 			Unit: "cycles/s", Higher: true, Reference: "idem"})
 	}
 	for rep := range s.plan.Reps {
