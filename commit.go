@@ -192,8 +192,7 @@ type pipe struct {
 	applied chan *unit // to the applier, in order
 	quit    chan struct{}
 	// idle is true once the committer took ready: the syncer waits for
-	// a unit, and until the committer sends one, the log is the
-	// committer's to write.
+	// a unit.
 	idle                    bool
 	syncerDone, applierDone chan struct{}
 }
@@ -234,10 +233,8 @@ func (p *pipe) stop() {
 }
 
 // committer runs ops into the current unit and hands the unit to the
-// syncer whenever the syncer is free, until stop is closed. When no other
-// op waits, it finishes the unit itself instead (the syncer being free):
-// a lone caller's op then costs no wake-up of the syncer, and with no op
-// to run meanwhile, the syncer would gain nothing.
+// syncer whenever the syncer is free, until stop is closed. It never logs a
+// unit itself: while the syncer writes one, it runs the ops of the next.
 func (b *BadgerBackend) committer() {
 	defer close(b.committerDone)
 	p := b.startPipe()
