@@ -267,8 +267,6 @@ func (b *BadgerBackend) committer() {
 		case len(cur.ops) >= maxGroup:
 			p.waitIdle()
 			handOver()
-		case p.idle:
-			handOver()
 		default:
 			select {
 			case <-p.ready:

@@ -284,24 +284,23 @@ func lenSize(n int) int {
 }
 
 func appendMapLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, mpFixMap|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, mpMap16), uint16(n))
-	default:
-		return binary.BigEndian.AppendUint32(append(b, mpMap32), uint32(n))
-	}
+	return appendLen(b, n, mpFixMap, mpMap16, mpMap32)
 }
 
 func appendArrayLen(b []byte, n int) []byte {
+	return appendLen(b, n, mpFixArray, mpArray16, mpArray32)
+}
+
+// appendLen appends the head of a map or an array of n elements: the fix
+// form below 16, else the 16- or 32-bit one.
+func appendLen(b []byte, n int, fix, c16, c32 byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, mpFixArray|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, mpArray16), uint16(n))
+		return binary.BigEndian.AppendUint16(append(b, c16), uint16(n))
 	default:
-		return binary.BigEndian.AppendUint32(append(b, mpArray32), uint32(n))
+		return binary.BigEndian.AppendUint32(append(b, c32), uint32(n))
 	}
 }
 
