@@ -139,9 +139,12 @@ type BadgerBackend struct {
 
 	// mu guards open and cursor.
 	mu sync.Mutex
-	// open holds every in-progress claim: Stale scans it instead of the
-	// records, so a sweep costs in proportion to open claims. Entries are
-	// written by the committer after the commit that they mirror.
+	// open holds every in-progress claim, with its record as stored:
+	// Stale scans it instead of the records, and the committer reads an
+	// open claim's record from it rather than from Badger, so a sweep
+	// costs in proportion to open claims, whatever the records. Entries
+	// are written by the syncer once the commit they mirror is durable,
+	// before the applier may commit it to Badger (commit.go).
 	open map[string]openClaim
 	// cursor is the last expiry index key Reclaim processed, so the next
 	// scan seeks past the tombstones it left.
@@ -175,6 +178,7 @@ type talliedRecord struct {
 type openClaim struct {
 	leaseEnds, nextCheck time.Time
 	attention            bool
+	val                  []byte // the record, encoded; never changed
 }
 
 var _ Backend = (*BadgerBackend)(nil)
@@ -428,10 +432,11 @@ func (b *BadgerBackend) orphan(ids [][]byte) error {
 			rec.LeaseEnds = time.Time{}
 			rec.Owner = ""
 			rec.NoteAttempt(rec.Token, "orphaned by a restart")
-			if err := b.put(w, id, rec, time.Time{}); err != nil {
+			v, err := b.put(w, id, rec, time.Time{})
+			if err != nil {
 				return err
 			}
-			w.onCommit(func() { b.setOpen(id, rec) })
+			w.onCommit(func() { b.setOpen(id, rec, v) })
 		}
 		return nil
 	})
@@ -509,27 +514,50 @@ func getRecord(txn getter, id []byte) (*Record, error) {
 }
 
 // put writes rec; ttlFrom, if not zero, is the store's time used to set
-// Badger's TTL relative to the record's expiry.
-func (b *BadgerBackend) put(txn *wtxn, id []byte, rec *Record, ttlFrom time.Time) error {
+// Badger's TTL relative to the record's expiry. It returns the encoded
+// record, which nothing may change.
+func (b *BadgerBackend) put(txn *wtxn, id []byte, rec *Record, ttlFrom time.Time) ([]byte, error) {
 	v, err := MarshalRecord(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.forgetTallied(id)
 	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
-		return txn.SetTTL(withPrefix(prefixRecord, id), v, max(rec.ExpiresAt.Sub(ttlFrom), 0)+reclaimGrace)
+		return v, txn.SetTTL(withPrefix(prefixRecord, id), v, max(rec.ExpiresAt.Sub(ttlFrom), 0)+reclaimGrace)
 	}
-	return txn.Set(withPrefix(prefixRecord, id), v)
+	return v, txn.Set(withPrefix(prefixRecord, id), v)
 }
 
-func (b *BadgerBackend) setOpen(id []byte, rec *Record) {
+// setOpen mirrors in the open claims the record rec of id, stored as v,
+// once the write is durable: as an open claim if it is in progress, else
+// by forgetting it.
+func (b *BadgerBackend) setOpen(id []byte, rec *Record, v []byte) {
 	b.mu.Lock()
 	if rec.State == StateInProgress {
-		b.open[string(id)] = openClaim{leaseEnds: rec.LeaseEnds, nextCheck: rec.NextCheck, attention: rec.Attention}
+		b.open[string(id)] = openClaim{leaseEnds: rec.LeaseEnds, nextCheck: rec.NextCheck, attention: rec.Attention, val: v}
 	} else {
 		delete(b.open, string(id))
 	}
 	b.mu.Unlock()
+}
+
+// reopen replaces the stored record of id, if it is an open claim, by v,
+// which changed only its counts.
+func (b *BadgerBackend) reopen(id []byte, v []byte) {
+	b.mu.Lock()
+	if c, ok := b.open[string(id)]; ok {
+		c.val = v
+		b.open[string(id)] = c
+	}
+	b.mu.Unlock()
+}
+
+// openRecord returns the stored record of id if it is an open claim, as
+// of the last durable write.
+func (b *BadgerBackend) openRecord(id []byte) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open[string(id)].val
 }
 
 // Claim implements Backend.
@@ -596,11 +624,12 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 		if err := txn.Set(withPrefix(prefixClaim, id), nil); err != nil {
 			return err
 		}
-		if err := b.put(txn, id, n, time.Time{}); err != nil {
+		v, err := b.put(txn, id, n, time.Time{})
+		if err != nil {
 			return err
 		}
 		out, claimed = n, true
-		txn.onCommit(func() { b.setOpen(id, n) })
+		txn.onCommit(func() { b.setOpen(id, n, v) })
 		return nil
 	})
 	if err != nil {
@@ -627,10 +656,11 @@ func (b *BadgerBackend) fenced(ctx context.Context, op, scope, key string, token
 		if err := fn(txn, id, rec); err != nil {
 			return err
 		}
-		if err := b.put(txn, id, rec, ttlFrom); err != nil {
+		v, err := b.put(txn, id, rec, ttlFrom)
+		if err != nil {
 			return err
 		}
-		txn.onCommit(func() { b.setOpen(id, rec) })
+		txn.onCommit(func() { b.setOpen(id, rec, v) })
 		return nil
 	})
 	if err != nil {
@@ -706,6 +736,9 @@ func (b *BadgerBackend) peek(scope, key string, id []byte) (*Record, error) {
 	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
 		return overlayRecord(e)
 	}
+	if v := b.openRecord(id); v != nil {
+		return UnmarshalRecord(v) // a claim in progress, as last made durable
+	}
 	var rec *Record
 	err := b.db.View(func(txn *badger.Txn) error {
 		var err error
@@ -757,44 +790,40 @@ func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, er
 	return rec, nil
 }
 
-// Stale implements Backend. It reads the in-memory set of open claims, so
-// its cost does not grow with the number of done records.
+// Stale implements Backend. It reads the in-memory set of open claims,
+// with their records as last made durable, and nothing from Badger: its
+// cost does not grow with the number of done records.
 func (b *BadgerBackend) Stale(ctx context.Context, now time.Time, limit int) ([]*Record, error) {
 	type due struct {
-		id        string
 		leaseEnds time.Time
+		val       []byte
 	}
 	var ids []due
 	b.mu.Lock()
-	for id, c := range b.open {
+	for _, c := range b.open {
 		if !c.attention && !now.Before(c.leaseEnds) && !now.Before(c.nextCheck) {
-			ids = append(ids, due{id, c.leaseEnds})
+			ids = append(ids, due{c.leaseEnds, c.val})
 		}
 	}
 	b.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i].leaseEnds.Before(ids[j].leaseEnds) })
 	var out []*Record
-	b.settle()
-	err := b.db.View(func(txn *badger.Txn) error {
-		for _, d := range ids {
-			if len(out) >= limit {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			rec, err := getRecord(txn, []byte(d.id))
-			if err != nil {
-				return err
-			}
-			if rec != nil && rec.Stale(now) && !now.Before(rec.NextCheck) && !rec.Attention {
-				out = append(out, rec)
-			}
+	for _, d := range ids {
+		if len(out) >= limit {
+			break
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, unavailable("stale", err)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// The open claims hold each record as last stored, durable: no
+		// read of Badger, however many records it holds.
+		rec, err := UnmarshalRecord(d.val)
+		if err != nil {
+			return nil, unavailable("stale", err)
+		}
+		if rec.Stale(now) && !now.Before(rec.NextCheck) && !rec.Attention {
+			out = append(out, rec)
+		}
 	}
 	return out, nil
 }
@@ -1135,6 +1164,7 @@ func (b *BadgerBackend) addTally(w *wtxn, id []byte, t Tally) (int, error) {
 				if err != nil {
 					return 0, err
 				}
+				w.onCommit(func() { b.reopen(id, v) })
 				return len(v), w.Set(withPrefix(prefixRecord, id), v)
 			}
 		}

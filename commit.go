@@ -28,14 +28,19 @@ import (
 //     the writes of the ops before it: those of its own unit through the
 //     transaction, those of the unit being synced through the overlay (the
 //     unit's writes by key, kept until its commit), and everything older
-//     through Badger. Two claims of one key, in one unit or in two: the
-//     second reads the first's record and does not claim. The committer is
-//     the only writer (Badger's directory lock keeps other processes out),
-//     so no write can slip between an op's read and its write. The overlay
-//     is pruned only when a transaction begins, after the units it drops
-//     are committed, so no read falls between the two; and a transaction
-//     never reads from Badger a key that the unit committed during its life
-//     wrote, so Badger's conflict detection never fires.
+//     through Badger; but an open claim's record comes from the open
+//     claims, which hold its last write, set by the unit's hooks before the
+//     applier may commit the unit and the overlay drop it (so the latest
+//     write is always in one of the two), and which spare a sweep reading
+//     records from a large LSM tree. Two claims of one key, in one unit or
+//     in two: the second reads the first's record and does not claim. The
+//     committer is the only writer (Badger's directory lock keeps other
+//     processes out), so no write can slip between an op's read and its
+//     write. The overlay is pruned only when a transaction begins, after
+//     the units it drops are committed, so no read falls between the two;
+//     and a transaction never reads from Badger a key that the unit
+//     committed during its life wrote, so Badger's conflict detection
+//     never fires.
 //   - Durability. Under Durable, a unit's writes are framed into the
 //     store's log and synced before its transaction is committed, and no op
 //     is answered before that. A claim is thus durable before its effect
@@ -114,6 +119,12 @@ func (w *wtxn) record(id []byte) (*Record, error) {
 	if _, mine := w.u.written[string(key)]; !mine {
 		if e, ok := w.b.overlay[string(key)]; ok {
 			return overlayRecord(e)
+		}
+		// Not written by a unit still in the pipeline: an open claim's
+		// last write is durable, its hooks have run (finish), and it is
+		// what Badger holds.
+		if v := w.b.openRecord(id); v != nil {
+			return UnmarshalRecord(v)
 		}
 	}
 	return getRecord(w.u.txn, id)
@@ -512,16 +523,20 @@ func (b *BadgerBackend) finish(u *unit, applied chan<- *unit) {
 		b.durable.Store(u.seq)
 		u.state = unitLogged
 	}
+	// The hooks run before the applier may commit u: once it has, the
+	// committer no longer finds u's writes in the overlay, and reads an
+	// open claim's record from what the hooks left (wtxn.record).
+	b.hooks(u)
 	// A goroutine woken last runs first on this processor. A lone caller
 	// is woken after the applier, so that it goes on before the Badger
 	// commit; a group's callers are woken first, so that none of them
 	// waits for the wake-up of the applier.
 	if len(u.ops) == 1 {
 		applied <- u
-		b.answer(u)
+		b.wake(u)
 		return
 	}
-	b.answer(u)
+	b.wake(u)
 	applied <- u
 }
 
@@ -595,8 +610,8 @@ func (b *BadgerBackend) settled() {
 	b.settleMu.Unlock()
 }
 
-// answer runs the onCommit hooks of u's ops, in order, then answers them.
-func (b *BadgerBackend) answer(u *unit) {
+// hooks runs the onCommit hooks of u's ops, in order.
+func (b *BadgerBackend) hooks(u *unit) {
 	for _, w := range u.bufs {
 		if w != nil {
 			for _, fn := range w.after {
@@ -604,6 +619,10 @@ func (b *BadgerBackend) answer(u *unit) {
 			}
 		}
 	}
+}
+
+// wake answers u's ops.
+func (b *BadgerBackend) wake(u *unit) {
 	for i, o := range u.ops {
 		o.done <- u.results[i]
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
 )
 
@@ -195,4 +196,55 @@ func TestCommit_ReadersSeeTheDurableWriteWhileALaterOneIsPending(t *testing.T) {
 	got, err = b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.Equal(t, StateDone, got.State)
+}
+
+// TestCommit_OpenClaimsAreReadFromMemory checks that the writers and the
+// sweep read an open claim's record from the open claims, as last made
+// durable, and not from Badger: a claim's record is overwritten in Badger
+// behind the store's back, and Stale, a count, an extension and the
+// completion still see the record the store wrote, counts included.
+func TestCommit_OpenClaimsAreReadFromMemory(t *testing.T) {
+	b, err := OpenBadger(t.TempDir(), BadgerOptions{})
+	require.NoError(t, err)
+	defer b.Close()
+	ctx := context.Background()
+	now := time.Now()
+	rec, claimed, err := b.Claim(ctx, "s", "k", ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(-time.Second), Retention: time.Hour})
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.NoError(t, b.AddTallies(ctx, []Tally{{Scope: "s", Key: "k", Conflicts: 2, LastRejection: now}}))
+	b.settle() // Badger holds both writes
+
+	// What Badger holds now is not what a writer must read.
+	require.NoError(t, b.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(withPrefix(prefixRecord, recordID("s", "k")), []byte("not a record"))
+	}))
+
+	stale, err := b.Stale(ctx, now, 10)
+	require.NoError(t, err)
+	require.Len(t, stale, 1)
+	require.Equal(t, rec.Token, stale[0].Token)
+	require.Equal(t, int64(2), stale[0].Conflicts, "the counts added to the open claim")
+
+	require.NoError(t, b.Extend(ctx, "s", "k", rec.Token, now.Add(time.Hour)))
+	stale, err = b.Stale(ctx, now, 10)
+	require.NoError(t, err)
+	require.Empty(t, stale, "the extended lease is what Stale reads")
+
+	seen, claimed, err := b.Claim(ctx, "s", "k", ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour})
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, rec.Token, seen.Token)
+	require.Equal(t, int64(2), seen.Conflicts)
+
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, Completion{
+		Result: Result{Status: 200, Body: []byte("ok")}, At: now, ExpiresAt: now.Add(time.Hour)}))
+	got, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, StateDone, got.State)
+	require.Equal(t, int64(2), got.Conflicts, "the completion kept the counts")
+	require.Equal(t, "ok", string(got.Result.Body))
+	b.mu.Lock()
+	require.Empty(t, b.open, "a done record is no open claim")
+	b.mu.Unlock()
 }
