@@ -139,23 +139,31 @@ func missNotes() map[string]string {
 			"is answered). idem groups concurrent commits in a three-stage pipeline: the committer runs the ops " +
 			"that arrive into the next group, the syncer writes the previous group to idem's log (one " +
 			"O_DIRECT|O_DSYNC write of preallocated blocks) and answers its ops, and the applier commits the " +
-			"group before to Badger, unsynced. At 32 goroutines on this 2-core machine, shared with the 32 " +
-			"clients, the rate is bound by CPU: about 85-100 µs per cycle in profiles, of which Badger's memtable " +
-			"writes (its own log and skiplist, 5-6 entries per cycle) are the largest part, then the committer's " +
-			"reads and writes, allocation and GC, and the synced writes themselves (on this VM a synced write " +
-			"costs 150-190 µs of CPU, so larger groups cost less per op). Closing the rest: fewer and smaller " +
-			"Badger entries per cycle (a more compact record encoding; the claim index and the token kept " +
-			"elsewhere), which Badger v4's API bounds: it has no way to skip its own memtable log.",
-		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes. idem writes " +
-			"them with O_DIRECT|O_DSYNC, which this disk completes about 15% faster than a write and an " +
-			"fdatasync (see the odirect row), so two of them allow at most about 0.58× the fdatasync loop. The " +
-			"rest of a cycle is the op's CPU work (about 20 µs per op) and waking goroutines: on this VM a " +
-			"wake-up of a parked goroutine costs 30-45 µs (measured: from the end of the synced write to the " +
-			"caller running again, 44 µs, of which 1.4 µs is idem's own work), and each op wakes the committer " +
-			"and then the caller. Closing it: run a lone caller's op and its log write on the caller's own " +
-			"goroutine, handing the log between the caller, the committer and the syncer so that the committer " +
-			"still runs the next ops during a sync (a first try, in which the committer wrote lone groups " +
-			"itself, gained about 7% at one goroutine and lost a quarter at 32, and was dropped).",
+			"group before to Badger, unsynced. With 32 clients the loop is closed: each client waits for its op, " +
+			"so the rate is 32 divided by two op latencies. Probes of one run (about 18k cycles/s, groups of 22 " +
+			"ops) put an op's 760 µs at: 146 waiting for the committer, 133 in a group waiting for the log write " +
+			"before it, 32 handing the group over, 249 for its own write, 48 while the syncer answers the group, " +
+			"156 for the woken caller to get a core. The syncer was busy only 43% of the time and the process used " +
+			"55-65% of the 2 cores: the waits are bursts, each answer waking some 20 clients at once whose work " +
+			"queues on 2 cores. The suite's keys, fingerprints and results have realistic sizes (36-character " +
+			"random keys, a 79-character fingerprint, a 90-byte result), which cost about 30% more CPU per cycle " +
+			"than the short sequential keys of the library's own benchmark (random keys spread every level-0 " +
+			"table over the whole key space and miss the CPU caches in Badger's skiplists). Tried and dropped, " +
+			"each within the noise or worse: two log writes in flight; committing queued groups to Badger " +
+			"together, only the last write of each key (20 fewer allocations per cycle); callers running their " +
+			"own ops under a lock, with no committer goroutine (5% slower); Bloom filters at 0.1% false " +
+			"positives. Closing it: fewer hand-offs between goroutines per op and less CPU per op where the " +
+			"clients are woken, so that the bursts drain sooner.",
+		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, so the target " +
+			"sits at the ceiling: two O_DIRECT|O_DSYNC writes per cycle allow 0.5× the fdatasync loop times the " +
+			"odirect loop's rate over fdatasync's (about 1.0-1.25× on this disk, from run to run), with nothing " +
+			"else in the cycle. Probes of one op (medians of three runs of 5,000 cycles): 3 µs to reach the " +
+			"committer, 11 µs to run the op and seal its group, 1 µs to hand it over, 280-300 µs for the write " +
+			"(182 µs in a quieter minute), 19-23 µs to answer (its hooks, handing the group to the applier, " +
+			"waking the caller), 1 µs for the caller to run again: about 40 µs per op besides the write, 12-15% " +
+			"of a cycle. Closing what is left would take a lone caller writing its own group when the log is " +
+			"free, with no goroutine woken on its way; the figure would still be under 0.5× wherever a direct " +
+			"write is not faster than a write and an fdatasync.",
 		"cycle-1-aim": "0.8× needs fewer than two synced writes per cycle at one goroutine, which the contract (a " +
 			"claim durable before the effect, a result durable before the answer) does not allow for a single " +
 			"caller: only concurrent callers can share syncs.",
@@ -184,10 +192,11 @@ func missNotes() map[string]string {
 		"disk": "Each idem record holds its story (claims, attempts, replays, times) beside the result, plus an " +
 			"expiry-index entry, and Badger's LSM keeps overwritten versions until compaction. Closing it: " +
 			"smaller records, and compaction after bulk changes.",
-		"sweep": "A sweep finds stale claims through the in-memory set of open claims, in proportion to them, " +
-			"not to the records; each resolution is a durable commit (and a Resolver call), and reading the " +
-			"100 records from a larger LSM tree costs a little more. The repetitions of this workload swing " +
-			"widely on a shared machine (one run: 7.4, 28.9 and 62.5 ms among 1M): judge it over several runs.",
+		"sweep": "A sweep finds stale claims through the in-memory set of open claims, which also holds each " +
+			"claim's record as last made durable: it reads nothing from Badger, however many records it holds. " +
+			"Its time is the Resolver calls and the durable commits that end the claims, the same at any size, " +
+			"and a few milliseconds of them swing with the machine (repetitions of 4.2-8.1 ms among 10k and " +
+			"4.8-6.0 ms among 1M in one run): judge it over several runs.",
 		"fingerprint": "Fingerprinting parses and canonicalises JSON (member order, escapes, exact numbers) " +
 			"before hashing; SHA-256 alone only hashes. Closing it: a single pass without allocations.",
 	}
