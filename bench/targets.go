@@ -145,14 +145,19 @@ func missNotes() map[string]string {
 			"before it, 32 handing the group over, 249 for its own write, 48 while the syncer answers the group, " +
 			"156 for the woken caller to get a core. The syncer was busy only 43% of the time and the process used " +
 			"55-65% of the 2 cores: the waits are bursts, each answer waking some 20 clients at once whose work " +
-			"queues on 2 cores. The suite's keys, fingerprints and results have realistic sizes (36-character " +
+			"queues on 2 cores. With the suite's sizes the same probes put the log write at 480 µs, where a loop " +
+			"of O_DIRECT|O_DSYNC writes takes 240-290 µs whatever their size from 4 to 32 KiB: the rest is the " +
+			"syncer waiting for a processor again after its system call, behind the runnable clients. The suite's keys, fingerprints and results have realistic sizes (36-character " +
 			"random keys, a 79-character fingerprint, a 90-byte result), which cost about 30% more CPU per cycle " +
 			"than the short sequential keys of the library's own benchmark (random keys spread every level-0 " +
 			"table over the whole key space and miss the CPU caches in Badger's skiplists). Tried and dropped, " +
 			"each within the noise or worse: two log writes in flight; committing queued groups to Badger " +
 			"together, only the last write of each key (20 fewer allocations per cycle); callers running their " +
 			"own ops under a lock, with no committer goroutine (5% slower); Bloom filters at 0.1% false " +
-			"positives. Closing it: fewer hand-offs between goroutines per op and less CPU per op where the " +
+			"positives; the applier run by a timer instead of woken per group (25% slower). A raw system call for " +
+			"the write, which keeps the processor, removes the wait but makes every garbage collection in the " +
+			"process wait for a write in flight (a disk that stalls would stall the whole process), so it was " +
+			"not kept. Closing it: fewer hand-offs between goroutines per op and less CPU per op where the " +
 			"clients are woken, so that the bursts drain sooner.",
 		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, so the target " +
 			"sits at the ceiling: two O_DIRECT|O_DSYNC writes per cycle allow 0.5× the fdatasync loop times the " +
@@ -161,7 +166,10 @@ func missNotes() map[string]string {
 			"committer, 11 µs to run the op and seal its group, 1 µs to hand it over, 280-300 µs for the write " +
 			"(182 µs in a quieter minute), 19-23 µs to answer (its hooks, handing the group to the applier, " +
 			"waking the caller), 1 µs for the caller to run again: about 40 µs per op besides the write, 12-15% " +
-			"of a cycle. Closing what is left would take a lone caller writing its own group when the log is " +
+			"of a cycle. Issuing the write as a raw system call, which keeps the goroutine's processor through " +
+			"it, gained 14-26% at one goroutine (realistic sizes, 3 alternated rounds) but makes any garbage " +
+			"collection wait for a write in flight, so a stalled disk would stall the whole process: not kept. " +
+			"Closing what is left would take a lone caller writing its own group when the log is " +
 			"free, with no goroutine woken on its way; the figure would still be under 0.5× wherever a direct " +
 			"write is not faster than a write and an fdatasync.",
 		"cycle-1-aim": "0.8× needs fewer than two synced writes per cycle at one goroutine, which the contract (a " +
