@@ -18,29 +18,12 @@ import (
 // at 1 and 32 goroutines. Compare with the figures in DESIGN.md: the synced
 // rate is bounded by the disk's fdatasync rate.
 func BenchmarkClaimComplete(b *testing.B) {
+	res := idem.Result{Status: 201, Body: []byte(`{"refund":"re_123","amount":4200}`)}
+	key := func(i int) string { return "k" + strconv.Itoa(i) }
 	for _, d := range []idem.Durability{idem.Durable, idem.Fast} {
 		for _, g := range []int{1, 32} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", d, g), func(b *testing.B) {
-				s, err := idem.Open(b.TempDir(), &idem.Options{Durability: d, SweepInterval: -1})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				res := idem.Result{Status: 201, Body: []byte(`{"refund":"re_123","amount":4200}`)}
-				b.ReportAllocs()
-				b.ResetTimer()
-				runSplit(b, g, func(i int) {
-					c, _, err := s.Begin(context.Background(), idem.Request{Key: "k" + strconv.Itoa(i), Fingerprint: "fp"})
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := c.Complete(context.Background(), res); err != nil {
-						b.Error(err)
-					}
-				})
-				b.StopTimer()
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+				benchCycles(b, d, g, key, "fp", res)
 			})
 		}
 	}
@@ -53,7 +36,8 @@ func BenchmarkClaimComplete(b *testing.B) {
 // and the records are larger: a cycle costs about 30% more CPU than with
 // short sequential keys.
 func BenchmarkClaimComplete_RealisticSizes(b *testing.B) {
-	body := []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)
+	res := idem.Result{Status: 200,
+		Body: []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)}
 	fp, err := idem.Fingerprint("POST", "/refunds", "application/json", []byte(`{"charge":"ch_1","amount":4200}`))
 	if err != nil {
 		b.Fatal(err)
@@ -63,28 +47,33 @@ func BenchmarkClaimComplete_RealisticSizes(b *testing.B) {
 	}
 	for _, g := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			s, err := idem.Open(b.TempDir(), &idem.Options{SweepInterval: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			res := idem.Result{Status: 200, Body: body}
-			b.ReportAllocs()
-			b.ResetTimer()
-			runSplit(b, g, func(i int) {
-				c, _, err := s.Begin(context.Background(), idem.Request{Key: key(i), Fingerprint: fp})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := c.Complete(context.Background(), res); err != nil {
-					b.Error(err)
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			benchCycles(b, idem.Durable, g, key, fp, res)
 		})
 	}
+}
+
+// benchCycles runs b.N claim+complete cycles on the fresh keys key(i) from
+// g goroutines, on a new store of durability d, and reports cycles/s.
+func benchCycles(b *testing.B, d idem.Durability, g int, key func(int) string, fp string, res idem.Result) {
+	s, err := idem.Open(b.TempDir(), &idem.Options{Durability: d, SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	runSplit(b, g, func(i int) {
+		c, _, err := s.Begin(context.Background(), idem.Request{Key: key(i), Fingerprint: fp})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if err := c.Complete(context.Background(), res); err != nil {
+			b.Error(err)
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 }
 
 // BenchmarkReplay measures a repeat of a completed key: the replay path.
