@@ -183,7 +183,7 @@ func TestStore_BackgroundSweep_RecoversWithInjectedClock(t *testing.T) {
 	s := openStore(t, t.TempDir(), &idem.Options{
 		Clock: clk, SweepInterval: time.Minute, Lease: 10 * time.Second,
 		Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 200, Body: []byte("ledger")}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 200, Body: []byte("ledger")}}, nil
 		}),
 		Observer: idem.ObserverFunc(func(e idem.Event) {
 			if e.Kind == idem.EventRecovered {

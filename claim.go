@@ -139,7 +139,7 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			s.count(req.Scope, req.Key, EventInProgress, now)
 			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: rec.LeaseEnds}
 		}
-		if _, err := s.recover(ctx, rec, now); err != nil {
+		if _, err := s.resolveStale(ctx, rec, now); err != nil {
 			return nil, nil, err
 		}
 		if round >= 8 {
@@ -202,20 +202,20 @@ func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*
 // Complete saves res as the key's result: every repeat replays it until the
 // record expires. It fails with ErrFenced if the claim is no longer current.
 func (c *Claim) Complete(ctx context.Context, res Result) error {
-	return c.end(ctx, Save, res, "")
+	return c.end(ctx, DecisionSave, res, "")
 }
 
 // Release ends the claim without saving anything: the next request with
 // the key runs the effect again. reason is kept in the record's story.
 func (c *Claim) Release(ctx context.Context, reason string) error {
-	return c.end(ctx, Release, Result{}, reason)
+	return c.end(ctx, DecisionRelease, Result{}, reason)
 }
 
 // Hold ends this holder's part but leaves the claim in progress with its
 // lease ended, so that recovery asks the Resolver whether the effect
 // happened. Use it when the outcome is ambiguous.
 func (c *Claim) Hold(ctx context.Context) error {
-	return c.end(ctx, Hold, Result{}, "held")
+	return c.end(ctx, DecisionHold, Result{}, "held")
 }
 
 // Extend renews the lease for another lease period from now. Do calls it
@@ -256,11 +256,11 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) 
 	var kind EventKind
 	_, err := call(s, func() (struct{}, error) {
 		switch d {
-		case Save:
+		case DecisionSave:
 			kind = EventCompleted
 			return struct{}{}, s.b.Complete(ctx, c.scope, c.key, c.token,
 				Completion{Result: res, At: now, ExpiresAt: expiresAt(now, c.retention)})
-		case Hold:
+		case DecisionHold:
 			kind = EventHeld
 			return struct{}{}, s.b.Extend(ctx, c.scope, c.key, c.token, now)
 		default:
@@ -336,13 +336,13 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 	endCtx := context.WithoutCancel(ctx)
 	var endErr error
 	switch s.o.Policy(res, err) {
-	case Save:
+	case DecisionSave:
 		saved := res
 		if err != nil {
 			saved.Error = err.Error()
 		}
 		endErr = c.Complete(endCtx, saved)
-	case Hold:
+	case DecisionHold:
 		endErr = c.Hold(endCtx)
 	default:
 		reason := "error policy"

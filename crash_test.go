@@ -10,7 +10,7 @@ package idem_test
 // The ledger is the downstream truth: an effect is one line "key token
 // amount\n" appended with O_APPEND and synced before the result is saved.
 // A kill can therefore fall between the effect and the save; the Resolver
-// finds the claim's token in the ledger and answers Committed with the
+// finds the claim's token in the ledger and answers VerdictCommitted with the
 // result the child would have saved.
 
 import (
@@ -446,13 +446,13 @@ func (r *crashResolver) Resolve(_ context.Context, rec *idem.Record) (idem.Resol
 		r.problems = append(r.problems, fmt.Sprintf("stale claim in scope %q", rec.Scope))
 	case len(lines) == 0:
 		r.notCommd++
-		return idem.Resolution{Verdict: idem.NotCommitted}, nil
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	case len(lines) == 1 && lines[0].token == rec.Token:
 		r.committed++
 		if r.holds[crashRef{rec.Key, rec.Token}] {
 			r.committedHeld++
 		}
-		return idem.Resolution{Verdict: idem.Committed, Result: crashResult(rec.Key, rec.Token)}, nil
+		return idem.Resolution{Verdict: idem.VerdictCommitted, Result: crashResult(rec.Key, rec.Token)}, nil
 	default:
 		// An earlier claim's effect is booked and a later claim exists: the
 		// later one was granted after the effect, a duplicate in waiting.
@@ -933,9 +933,9 @@ func TestBadger_Reopen_OrphansOpenClaims(t *testing.T) {
 		var i int
 		_, _ = fmt.Sscanf(rec.Key, "held-%d", &i)
 		if i%2 == 0 {
-			return idem.Resolution{Verdict: idem.Committed, Result: crashResult(rec.Key, rec.Token)}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: crashResult(rec.Key, rec.Token)}, nil
 		}
-		return idem.Resolution{Verdict: idem.NotCommitted}, nil
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})
 	s, err = idem.Open(dir, &idem.Options{Lease: time.Hour, Clock: clk, SweepInterval: -1, Resolver: resolver})
 	require.NoError(t, err)

@@ -11,24 +11,24 @@ import (
 type Verdict uint8
 
 const (
-	// Unknown: the downstream cannot tell yet. The claim stays in progress;
+	// VerdictUnknown: the downstream cannot tell yet. The claim stays in progress;
 	// recovery asks again after a back-off, and after Options.MaxUnknown
 	// answers marks it as needing attention.
-	Unknown Verdict = iota
-	// Committed: the effect happened. Resolution.Result is saved as the
+	VerdictUnknown Verdict = iota
+	// VerdictCommitted: the effect happened. Resolution.Result is saved as the
 	// key's result and replayed to every repeat.
-	Committed
-	// NotCommitted: the effect did not happen. The claim is released and
+	VerdictCommitted
+	// VerdictNotCommitted: the effect did not happen. The claim is released and
 	// the next request runs it.
-	NotCommitted
+	VerdictNotCommitted
 )
 
 // String returns "unknown", "committed" or "not_committed".
 func (v Verdict) String() string {
 	switch v {
-	case Committed:
+	case VerdictCommitted:
 		return "committed"
-	case NotCommitted:
+	case VerdictNotCommitted:
 		return "not_committed"
 	default:
 		return "unknown"
@@ -38,14 +38,14 @@ func (v Verdict) String() string {
 // Resolution is a Resolver's answer.
 type Resolution struct {
 	Verdict Verdict
-	// Result is the downstream result to save when Verdict is Committed.
+	// Result is the downstream result to save when Verdict is VerdictCommitted.
 	Result Result
 }
 
 // Resolver is the caller's downstream check: given a stale claim, it says
 // whether the claim's effect happened, usually by asking the downstream
 // system with the same key (a payment provider's idempotency key, a ledger
-// row). It must be safe for concurrent use; an error counts as Unknown.
+// row). It must be safe for concurrent use; an error counts as VerdictUnknown.
 type Resolver interface {
 	Resolve(ctx context.Context, rec *Record) (Resolution, error)
 }
@@ -58,17 +58,17 @@ func (f ResolverFunc) Resolve(ctx context.Context, rec *Record) (Resolution, err
 	return f(ctx, rec)
 }
 
-// recover resolves one stale claim. It returns the verdict it applied, or
-// Unknown with a nil error when someone else changed the record first; in
+// resolveStale resolves one stale claim. It returns the verdict it applied, or
+// VerdictUnknown with a nil error when someone else changed the record first; in
 // both cases the caller reads the record again. It returns an
 // *OutcomeUnknownError when the claim stays unresolved.
-func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdict, error) {
+func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (Verdict, error) {
 	unknown := func() error {
 		return &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
 			Attention: rec.Attention, NextCheck: rec.NextCheck}
 	}
 	if rec.Attention {
-		return Unknown, unknown()
+		return VerdictUnknown, unknown()
 	}
 	if rec.Scope == JournalScope {
 		// A stale journal claim is a plan that was never saved: its step was
@@ -79,42 +79,42 @@ func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdic
 				At: now, ExpiresAt: now.Add(time.Hour), Reason: "recovered: plan never saved"})
 		})
 		if err != nil && !errors.Is(err, ErrFenced) {
-			return Unknown, err
+			return VerdictUnknown, err
 		}
 		if err == nil {
 			s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
-				Verdict: NotCommitted.String(), Reason: "plan never saved"})
+				Verdict: VerdictNotCommitted.String(), Reason: "plan never saved"})
 		}
-		return NotCommitted, nil
+		return VerdictNotCommitted, nil
 	}
 	if s.o.Resolver == nil {
 		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
 			Reason: "no resolver configured"})
-		return Unknown, unknown()
+		return VerdictUnknown, unknown()
 	}
 	if now.Before(rec.NextCheck) {
-		return Unknown, unknown()
+		return VerdictUnknown, unknown()
 	}
 	s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now})
 	res, err := s.o.Resolver.Resolve(ctx, rec.Clone())
 	if err != nil {
 		if ctx.Err() != nil {
-			return Unknown, ctx.Err()
+			return VerdictUnknown, ctx.Err()
 		}
 		s.observeErr("resolve", rec.Scope, rec.Key, rec.Token, err)
-		res = Resolution{Verdict: Unknown}
+		res = Resolution{Verdict: VerdictUnknown}
 	}
 	retention := rec.Retention
 	if retention <= 0 {
 		retention = s.o.Retention
 	}
 	switch res.Verdict {
-	case Committed:
+	case VerdictCommitted:
 		err = s.fencedCall(func() error {
 			return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, Completion{
 				Result: res.Result, At: now, ExpiresAt: expiresAt(now, retention), Recovered: "committed"})
 		})
-	case NotCommitted:
+	case VerdictNotCommitted:
 		err = s.fencedCall(func() error {
 			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token, Releasing{
 				At: now, ExpiresAt: expiresAt(now, retention), Reason: "recovered: not committed"})
@@ -133,8 +133,8 @@ func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdic
 				kind = EventAttention
 			}
 			s.observe(Event{Kind: kind, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
-				Verdict: Unknown.String()})
-			return Unknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: d.Checks,
+				Verdict: VerdictUnknown.String()})
+			return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: d.Checks,
 				Attention: d.Attention, NextCheck: d.NextCheck}
 		}
 	}
@@ -145,10 +145,10 @@ func (s *Store) recover(ctx context.Context, rec *Record, now time.Time) (Verdic
 		return res.Verdict, nil
 	case errors.Is(err, ErrFenced):
 		// Someone else resolved or took over the claim first: read again.
-		return Unknown, nil
+		return VerdictUnknown, nil
 	default:
 		s.observeErr("recover", rec.Scope, rec.Key, rec.Token, err)
-		return Unknown, err
+		return VerdictUnknown, err
 	}
 }
 
@@ -214,7 +214,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 			go func() {
 				defer wg.Done()
 				for i := range work {
-					verdicts[i], errs[i] = s.recover(ctx, stale[i], now)
+					verdicts[i], errs[i] = s.resolveStale(ctx, stale[i], now)
 				}
 			}()
 		}
@@ -233,9 +233,9 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 			case err == nil:
 				changed++
 				switch v {
-				case Committed:
+				case VerdictCommitted:
 					rep.Committed++
-				case NotCommitted:
+				case VerdictNotCommitted:
 					rep.NotCommitted++
 				}
 			case errors.As(err, &unk):

@@ -43,8 +43,8 @@
 // to disk before the effect runs and a result before the caller is
 // answered. Do extends the lease while the effect runs, so only a dead or
 // hung holder lets it end. The error Policy decides per outcome whether to
-// Save it, Release the claim, or Hold it for recovery; a panic releases and
-// is re-raised. Done records replay for the retention period, decided by
+// save it (DecisionSave), release the claim (DecisionRelease) or hold it
+// for recovery (DecisionHold); a panic releases and is re-raised. Done records replay for the retention period, decided by
 // the store's Clock, then expire; Sweep reclaims them in bounded batches.
 // On Open, every claim an earlier process left is orphaned at once and
 // resolved through the Resolver. Every transition is reported to the

@@ -23,7 +23,7 @@ var (
 
 	// ErrOutcomeUnknown is returned when a claim's lease ended and nobody can
 	// tell yet whether its effect happened: no resolver is configured, or the
-	// resolver answered Unknown. The request must not run again until
+	// resolver answered VerdictUnknown. The request must not run again until
 	// recovery decides. The concrete error is an *OutcomeUnknownError.
 	ErrOutcomeUnknown = errors.New("idem: outcome of an earlier attempt is unknown")
 

@@ -91,9 +91,9 @@ func ExampleResolverFunc() {
 	ledger := map[string]string{"refund:order-9": `{"refund":"re_9"}`}
 	resolver := idem.ResolverFunc(func(ctx context.Context, rec *idem.Record) (idem.Resolution, error) {
 		if body, ok := ledger[rec.Key]; ok {
-			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 201, Body: []byte(body)}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 201, Body: []byte(body)}}, nil
 		}
-		return idem.Resolution{Verdict: idem.NotCommitted}, nil
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)

@@ -124,7 +124,7 @@ func (j *Journal) plan(ctx context.Context, st Step, args []byte) (Step, error) 
 			if now := j.s.now(); rec.State == StateInProgress && rec.Stale(now) && attempt < 100 {
 				// A plan claimed with other arguments and never saved: release
 				// it (recovery knows journal claims) and plan afresh.
-				if _, rerr := j.s.recover(ctx, rec, now); rerr != nil {
+				if _, rerr := j.s.resolveStale(ctx, rec, now); rerr != nil {
 					return st, rerr
 				}
 				continue

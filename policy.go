@@ -4,25 +4,25 @@ package idem
 type Decision uint8
 
 const (
-	// Release ends the claim without saving: the next request with the key
+	// DecisionRelease ends the claim without saving: the next request with the key
 	// runs the effect again. The default for returned errors, panics and
 	// statuses of 500 and above.
-	Release Decision = iota
-	// Save stores the outcome as the key's result; every repeat replays it,
+	DecisionRelease Decision = iota
+	// DecisionSave stores the outcome as the key's result; every repeat replays it,
 	// errors included (as Stripe replays a saved 500).
-	Save
-	// Hold leaves the claim in progress with its lease ended, for recovery
+	DecisionSave
+	// DecisionHold leaves the claim in progress with its lease ended, for recovery
 	// to resolve with the Resolver: for ambiguous outcomes such as a
 	// downstream timeout, where running again might do the effect twice.
-	Hold
+	DecisionHold
 )
 
 // String returns "release", "save" or "hold".
 func (d Decision) String() string {
 	switch d {
-	case Save:
+	case DecisionSave:
 		return "save"
-	case Hold:
+	case DecisionHold:
 		return "hold"
 	default:
 		return "release"
@@ -37,7 +37,7 @@ type Policy func(res Result, err error) Decision
 // and saves everything else.
 func DefaultPolicy(res Result, err error) Decision {
 	if err != nil || res.Status >= 500 {
-		return Release
+		return DecisionRelease
 	}
-	return Save
+	return DecisionSave
 }

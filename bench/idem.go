@@ -33,7 +33,7 @@ func idemContenders() []Contender {
 
 // idemOptions are the options every idem store of the suite uses: the
 // background sweep is off (the recovery workload calls Sweep itself), a
-// Resolver answers Committed, and Close gives up quickly on the claims the
+// Resolver answers VerdictCommitted, and Close gives up quickly on the claims the
 // recovery workload abandons on purpose.
 func idemOptions(d idem.Durability, result []byte) *idem.Options {
 	return &idem.Options{
@@ -41,7 +41,7 @@ func idemOptions(d idem.Durability, result []byte) *idem.Options {
 		SweepInterval: -1,
 		CloseTimeout:  50 * time.Millisecond,
 		Resolver: idem.ResolverFunc(func(ctx context.Context, rec *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 200, Body: result}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 200, Body: result}}, nil
 		}),
 	}
 }
@@ -207,7 +207,7 @@ func forEachKey(keys []string, fn func(k string) error) error {
 }
 
 // Sweep implements Dataset with Store.Sweep; the store's Resolver answers
-// Committed.
+// VerdictCommitted.
 func (st *idemStore) Sweep(ctx context.Context, result []byte) (int, error) {
 	rep, err := st.store().Sweep(ctx)
 	return rep.Committed, err

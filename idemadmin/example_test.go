@@ -139,7 +139,7 @@ func ExampleSweep() {
 		Observer: &decisions,
 		Resolver: idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 			// Ask the downstream: here, it has the refund.
-			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 201}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 201}}, nil
 		}),
 	})
 	if err != nil {

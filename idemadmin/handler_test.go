@@ -100,9 +100,9 @@ func (e *adminEnv) hold(t *testing.T, key string) {
 func TestHandler(t *testing.T) {
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 		if rec.Key == "refund:held-commit" {
-			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 201}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 201}}, nil
 		}
-		return idem.Resolution{Verdict: idem.Unknown}, nil
+		return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
 	})
 	e := newAdminEnv(t, resolver)
 	e.do(t, "refund:1", 201)

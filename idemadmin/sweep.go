@@ -75,7 +75,7 @@ func (d *Decisions) Observe(e idem.Event) {
 func explain(e idem.Event) string {
 	switch e.Kind {
 	case idem.EventRecovered:
-		if e.Verdict == idem.Committed.String() {
+		if e.Verdict == idem.VerdictCommitted.String() {
 			return "committed downstream: its result is saved and replayed"
 		}
 		return "not committed downstream: released, the next request runs it"

@@ -345,7 +345,7 @@ func TestMiddleware_Unavailable(t *testing.T) {
 // downstream timed out and the effect may or may not have happened.
 func holdOn504(res idem.Result, err error) idem.Decision {
 	if res.Status == http.StatusGatewayTimeout {
-		return idem.Hold
+		return idem.DecisionHold
 	}
 	return idem.DefaultPolicy(res, err)
 }
@@ -363,13 +363,13 @@ func TestMiddleware_OutcomeUnknown(t *testing.T) {
 	}{
 		{name: "no resolver", status: http.StatusServiceUnavailable, runs: 1},
 		{name: "resolver unknown", resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.Unknown}, nil
+			return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
 		}), status: http.StatusServiceUnavailable, retryAfter: "2", runs: 1},
 		{name: "resolver committed", resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.Committed, Result: saved}, nil
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: saved}, nil
 		}), status: http.StatusCreated, body: `{"refund":"from-ledger"}`, runs: 1},
 		{name: "resolver not committed", resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.NotCommitted}, nil
+			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 		}), status: http.StatusOK, body: "ran 2", runs: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -423,9 +423,9 @@ func TestMiddleware_CrashRecovery(t *testing.T) {
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 		id, ok := ledger.Load(rec.Key)
 		if !ok {
-			return idem.Resolution{Verdict: idem.NotCommitted}, nil
+			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 		}
-		return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: http.StatusCreated,
+		return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: http.StatusCreated,
 			Body: []byte(id.(string))}}, nil
 	})
 	var runs atomic.Int32

@@ -16,10 +16,10 @@ import (
 func StatusPolicy(res idem.Result, err error) idem.Decision {
 	switch {
 	case err != nil, res.Status >= 500:
-		return idem.Release
+		return idem.DecisionRelease
 	case res.Status == http.StatusRequestTimeout, res.Status == http.StatusTooEarly,
 		res.Status == http.StatusTooManyRequests:
-		return idem.Release
+		return idem.DecisionRelease
 	}
-	return idem.Save
+	return idem.DecisionSave
 }

@@ -96,7 +96,7 @@ func testContractMismatch(t *testing.T, nb NewBackend) {
 	require.ErrorIs(t, err, idem.ErrMismatch)
 	require.False(t, ran)
 	// Stale with another fingerprint: mismatch, and the resolver is not asked.
-	res := answer(idem.NotCommitted, idem.Result{})
+	res := answer(idem.VerdictNotCommitted, idem.Result{})
 	e2 := newEnv(t, nb, withResolver(res))
 	e2.claim(req("k", "fp-a"))
 	e2.clk.Advance(2 * lease)
@@ -207,7 +207,7 @@ func testContractExpired(t *testing.T, nb NewBackend) {
 }
 
 func testFencing(t *testing.T, nb NewBackend) {
-	e := newEnv(t, nb, withResolver(answer(idem.NotCommitted, idem.Result{})))
+	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, idem.Result{})))
 	r := req("k", "fp")
 	slow := e.claim(r)
 	e.clk.Advance(lease + time.Second)
@@ -224,7 +224,7 @@ func testFencing(t *testing.T, nb NewBackend) {
 
 	// A slow worker whose claim was held for recovery and resolved as
 	// committed cannot overwrite the recovered result either.
-	e2 := newEnv(t, nb, withResolver(answer(idem.Committed, okResult("downstream"))))
+	e2 := newEnv(t, nb, withResolver(answer(idem.VerdictCommitted, okResult("downstream"))))
 	slow2 := e2.claim(r)
 	e2.clk.Advance(lease + time.Second)
 	require.Equal(t, "downstream", string(e2.replay(r).Body))
@@ -328,7 +328,7 @@ func testPolicy5xxReleases(t *testing.T, nb NewBackend) {
 
 func testPolicySave(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb, func(o *idem.Options) {
-		o.Policy = func(idem.Result, error) idem.Decision { return idem.Save }
+		o.Policy = func(idem.Result, error) idem.Decision { return idem.DecisionSave }
 	})
 	r := req("k", "fp")
 	_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
@@ -348,11 +348,11 @@ func testPolicySave(t *testing.T, nb NewBackend) {
 }
 
 func testPolicyHold(t *testing.T, nb NewBackend) {
-	res := answer(idem.Committed, okResult("from-downstream"))
+	res := answer(idem.VerdictCommitted, okResult("from-downstream"))
 	e := newEnv(t, nb, withResolver(res), func(o *idem.Options) {
 		o.Policy = func(_ idem.Result, err error) idem.Decision {
 			if errors.Is(err, context.DeadlineExceeded) {
-				return idem.Hold
+				return idem.DecisionHold
 			}
 			return idem.DefaultPolicy(idem.Result{}, err)
 		}
@@ -431,7 +431,7 @@ func testRetentionSweep(t *testing.T, nb NewBackend) {
 }
 
 func testRecoveryCommitted(t *testing.T, nb NewBackend) {
-	res := answer(idem.Committed, okResult(`{"refund":"from-ledger"}`))
+	res := answer(idem.VerdictCommitted, okResult(`{"refund":"from-ledger"}`))
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
 	c := e.claim(r)
@@ -451,7 +451,7 @@ func testRecoveryCommitted(t *testing.T, nb NewBackend) {
 }
 
 func testRecoveryNotCommitted(t *testing.T, nb NewBackend) {
-	res := answer(idem.NotCommitted, idem.Result{})
+	res := answer(idem.VerdictNotCommitted, idem.Result{})
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
 	old := e.claim(r)
@@ -468,7 +468,7 @@ func testRecoveryNotCommitted(t *testing.T, nb NewBackend) {
 }
 
 func testRecoveryUnknown(t *testing.T, nb NewBackend) {
-	res := answer(idem.Unknown, idem.Result{})
+	res := answer(idem.VerdictUnknown, idem.Result{})
 	e := newEnv(t, nb, withResolver(res), func(o *idem.Options) {
 		o.MaxUnknown = 3
 		o.RecheckBackoff = time.Minute
@@ -526,7 +526,7 @@ func testRecoveryUnknown(t *testing.T, nb NewBackend) {
 
 func testRecoveryResolverError(t *testing.T, nb NewBackend) {
 	res := &countingResolver{fn: func(*idem.Record) (idem.Resolution, error) {
-		return idem.Resolution{Verdict: idem.Committed}, errors.New("ledger unreachable")
+		return idem.Resolution{Verdict: idem.VerdictCommitted}, errors.New("ledger unreachable")
 	}}
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
@@ -559,7 +559,7 @@ func testRecoveryNoResolver(t *testing.T, nb NewBackend) {
 }
 
 func testRecoverySweep(t *testing.T, nb NewBackend) {
-	verdicts := map[string]idem.Verdict{"c": idem.Committed, "n": idem.NotCommitted, "u": idem.Unknown}
+	verdicts := map[string]idem.Verdict{"c": idem.VerdictCommitted, "n": idem.VerdictNotCommitted, "u": idem.VerdictUnknown}
 	res := &countingResolver{fn: func(rec *idem.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: verdicts[rec.Key[:1]], Result: okResult("ledger:" + rec.Key)}, nil
 	}}
@@ -587,7 +587,7 @@ func testRecoverySweep(t *testing.T, nb NewBackend) {
 }
 
 func testRecoveryMismatch(t *testing.T, nb NewBackend) {
-	res := answer(idem.Committed, okResult("x"))
+	res := answer(idem.VerdictCommitted, okResult("x"))
 	e := newEnv(t, nb, withResolver(res))
 	e.claim(req("k", "fp-a"))
 	e.clk.Advance(lease)
@@ -693,7 +693,7 @@ func testCloseDrains(t *testing.T, nb NewBackend) {
 }
 
 func testObserver(t *testing.T, nb NewBackend) {
-	e := newEnv(t, nb, withResolver(answer(idem.NotCommitted, idem.Result{})))
+	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, idem.Result{})))
 	r := req("k", "fp")
 	c := e.claim(r)
 	_, _, _ = e.store.Begin(ctx, r)
@@ -728,7 +728,7 @@ func testObserver(t *testing.T, nb NewBackend) {
 }
 
 func testStory(t *testing.T, nb NewBackend) {
-	res := answer(idem.Committed, okResult("ledger"))
+	res := answer(idem.VerdictCommitted, okResult("ledger"))
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
 	c := e.claim(r)

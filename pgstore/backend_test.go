@@ -380,7 +380,7 @@ func TestBackend_Stale_HandsEachClaimToOneInstance(t *testing.T) {
 	// Resolving through the store works from the instance that holds them.
 	s := newStore(t, b, &idem.Options{SweepInterval: -1, Clock: idemtest.NewClock(now.Add(handOut)),
 		Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.NotCommitted}, nil
+			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 		})})
 	rep, err := s.Sweep(ctx)
 	require.NoError(t, err)

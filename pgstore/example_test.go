@@ -31,7 +31,7 @@ func ExampleNew() {
 	store := idem.New(backend, &idem.Options{
 		// Asked about a claim whose holder died: did the refund happen?
 		Resolver: idem.ResolverFunc(func(ctx context.Context, rec *idem.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.Unknown}, nil
+			return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
 		}),
 	})
 	defer store.Close()

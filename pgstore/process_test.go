@@ -397,12 +397,12 @@ func TestCrash_KilledHolderIsRecovered(t *testing.T) {
 		var body string
 		err := recovering.QueryRow(ctx, "SELECT executor FROM "+ledgerTable+" WHERE key = $1", rec.Key).Scan(&body)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return idem.Resolution{Verdict: idem.NotCommitted}, nil
+			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 		}
 		if err != nil {
 			return idem.Resolution{}, err
 		}
-		return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 200, Body: []byte(body)}}, nil
+		return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 200, Body: []byte(body)}}, nil
 	})
 	b := newBackend(t, recovering, &pgstore.Options{Table: table})
 	s := newStore(t, b, &idem.Options{SweepInterval: -1, Clock: clk, Lease: 2 * time.Second, Resolver: resolver})

@@ -188,12 +188,12 @@ func buildScriptedStore(t *testing.T) scriptResult {
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 		switch rec.Key {
 		case "refund:order-1004":
-			return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{Status: 201,
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 201,
 				Body: []byte(`{"refund":"re_1004","amount":"40.00"}`)}}, nil
 		case "refund:order-1005":
-			return idem.Resolution{Verdict: idem.NotCommitted}, nil
+			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 		}
-		return idem.Resolution{Verdict: idem.Unknown}, nil
+		return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
 	})
 	s = open(resolver)
 	stderr.Reset()

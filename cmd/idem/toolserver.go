@@ -59,7 +59,7 @@ func (c *eventCounts) Observe(e idem.Event) {
 	case idem.EventMismatch:
 		c.mismatch.Add(1)
 	case idem.EventRecovered:
-		if e.Verdict == idem.Committed.String() {
+		if e.Verdict == idem.VerdictCommitted.String() {
 			c.committed.Add(1)
 		} else {
 			c.notCommitted.Add(1)
@@ -212,13 +212,13 @@ func (s *toolServer) refund(gen int, w http.ResponseWriter, r *http.Request) {
 func (s *toolServer) resolve(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 	ref, ok := s.ledger.lookup(rec.Scope, rec.Key)
 	if !ok {
-		return idem.Resolution{Verdict: idem.NotCommitted}, nil
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	}
 	body, err := json.Marshal(ref)
 	if err != nil {
 		return idem.Resolution{}, errors.Join(errors.New("encode refund"), err)
 	}
-	return idem.Resolution{Verdict: idem.Committed, Result: idem.Result{
+	return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{
 		Status: http.StatusCreated,
 		Header: map[string][]string{"Content-Type": {"application/json"}},
 		Body:   append(body, '\n'),
