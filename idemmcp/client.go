@@ -143,11 +143,9 @@ func (c *Client) CallTool(ctx context.Context, p *mcp.CallToolParams, key string
 		case ctx.Err() != nil:
 			giveUp.Err, giveUp.Reason = err, "canceled"
 			return nil, giveUp
+		case serverError(err):
+			return nil, err // the server answered: a protocol error is no transport failure
 		default:
-			var wire *jsonrpc.Error
-			if errors.As(err, &wire) {
-				return nil, err // the server answered: a protocol error is no transport failure
-			}
 			giveUp.Err, giveUp.Status = err, ""
 		}
 		if attempt >= maxAttempts {
@@ -183,8 +181,7 @@ func (c *Client) attempt(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallT
 		defer cancel()
 	}
 	res, err := sess.CallTool(ctx, p)
-	var wire *jsonrpc.Error
-	if err != nil && !errors.As(err, &wire) && c.Connect != nil {
+	if err != nil && !serverError(err) && c.Connect != nil {
 		c.mu.Lock()
 		if c.cur == sess {
 			c.cur, c.dropped = nil, true
@@ -214,6 +211,18 @@ func (c *Client) session(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	c.cur = s
 	return s, nil
+}
+
+// codeRejected is the code of the SDK's "rejected by transport" error,
+// which wraps failures of a call's HTTP request: the call may or may not
+// have reached the server.
+const codeRejected = -32005
+
+// serverError reports whether err is a JSON-RPC error the server answered
+// with, rather than a failure to get its answer.
+func serverError(err error) bool {
+	var wire *jsonrpc.Error
+	return errors.As(err, &wire) && wire.Code != codeRejected
 }
 
 // backoff returns the wait before retry n (n ≥ 1): full jitter over an
