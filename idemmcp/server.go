@@ -252,14 +252,11 @@ func resultOf(tool string, res *mcp.CallToolResult, err error) (idem.Result, err
 		// calls again with the responses, and that call must run.
 		return idem.Result{}, errors.New("idemmcp: tool asked for input")
 	}
-	body, err := json.Marshal(res)
-	if err != nil {
-		return idem.Result{}, fmt.Errorf("idemmcp: result of %s not kept: %w", tool, err)
+	saved, err := SavedResult(res)
+	if err == nil && res.IsError {
+		err = &ToolError{Tool: tool, Message: textOf(res)}
 	}
-	if res.IsError {
-		return idem.Result{Body: body}, &ToolError{Tool: tool, Message: textOf(res)}
-	}
-	return idem.Result{Body: body}, nil
+	return saved, err
 }
 
 // textOf joins a result's text content.
@@ -312,7 +309,7 @@ func (g *Guard) refuse(tool, key string, err error) *mcp.CallToolResult {
 	case errors.As(err, &inProgress):
 		wait := min(g.retryAfter, inProgress.RetryAfter(g.clock.Now()))
 		return refusal(StatusInProgress, key, wait, fmt.Sprintf("%s with idempotency key %q is still running; "+
-			"retry with the same key and arguments in %d seconds to get its result", tool, key, seconds(wait)))
+			"retry with the same key and arguments in %s to get its result", tool, key, secondsText(wait)))
 	case errors.As(err, &mismatch):
 		return refusal(StatusMismatch, key, 0, fmt.Sprintf("idempotency key %q was first used for %s with different "+
 			"arguments; it names that one intended effect and nothing ran: send the original arguments, or a new "+
@@ -353,6 +350,13 @@ func seconds(d time.Duration) int {
 	return max(int((d+time.Second-1)/time.Second), 1)
 }
 
+func secondsText(d time.Duration) string {
+	if n := seconds(d); n != 1 {
+		return strconv.Itoa(n) + " seconds"
+	}
+	return "1 second"
+}
+
 func (g *Guard) missingKeyText(tool string) string {
 	how := "params._meta." + MetaKey
 	if g.o.KeyArgument != "" {
@@ -376,4 +380,19 @@ func argumentTrouble(err error) string {
 	default:
 		return "its arguments are not valid JSON"
 	}
+}
+
+// SavedResult returns the idem.Result under which a Guard keeps a tool's
+// answer. A Resolver returns it with idem.VerdictCommitted when it finds
+// that a call whose process died did take effect: every retry then gets
+// this answer, marked as replayed.
+func SavedResult(res *mcp.CallToolResult) (idem.Result, error) {
+	if res == nil {
+		res = &mcp.CallToolResult{}
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return idem.Result{}, fmt.Errorf("idemmcp: result not kept: %w", err)
+	}
+	return idem.Result{Body: body}, nil
 }

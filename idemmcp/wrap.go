@@ -159,7 +159,7 @@ func (g *Guard) Describe(t *mcp.Tool) *mcp.Tool {
 		return t
 	}
 	cp := *t
-	line := "Idempotent: send a new key per intended effect in params._meta." + MetaKey
+	line := "Retry-safe: send a new key per intended effect in params._meta." + MetaKey
 	info := map[string]any{"metaKey": MetaKey, "required": !g.o.AllowMissingKey}
 	if g.o.KeyArgument != "" {
 		line += " (or the " + strconv.Quote(g.o.KeyArgument) + " argument)"
