@@ -94,8 +94,8 @@
 //   - The top-level SEP-3182 key is read only through TopLevelKeys and
 //     TopLevelKeysHTTP; without them such a call counts as keyless.
 //   - A tool that panics takes the server down, as it would without
-//     idemmcp (the SDK does not recover panics); its claim is released
-//     first.
+//     idemmcp (the SDK does not recover panics), unless a middleware
+//     outside the guard recovers; its claim is released first either way.
 //   - Retention is the store's (or Options.Retention): a retry after the
 //     record expired runs the tool again.
 package idemmcp

@@ -2,6 +2,7 @@ package idemmcp_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -336,5 +337,42 @@ func TestMiddleware_WithAddToolClaimsOnce(t *testing.T) {
 	}
 	if res := call(t, cs, "k", "o-1", 5); !idemmcp.Replayed(res) || r.count() != 1 {
 		t.Fatalf("replayed=%t runs=%d", idemmcp.Replayed(res), r.count())
+	}
+}
+
+// TestMiddleware_PanicReleases runs over the in-memory transports with a
+// recovering middleware outside the guard, as a server that must survive
+// a panicking tool has: the panic releases the claim, and the retry runs.
+func TestMiddleware_PanicReleases(t *testing.T) {
+	g := idemmcp.New(newStore(t, nil), &idemmcp.Options{SharedScope: true})
+	runs := 0
+	s := mcp.NewServer(&mcp.Implementation{Name: "refunds", Version: "v0"}, nil)
+	mcp.AddTool(s, refundTool, func(context.Context, *mcp.CallToolRequest, refundIn) (*mcp.CallToolResult, refundOut, error) {
+		runs++
+		if runs == 1 {
+			panic("downstream blew up")
+		}
+		return nil, refundOut{RefundID: "re_2"}, nil
+	})
+	s.AddReceivingMiddleware(g.Middleware())
+	var recovered any
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler { // outermost: added last
+		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					recovered, res, err = p, nil, errors.New("internal error")
+				}
+			}()
+			return next(ctx, method, req)
+		}
+	})
+	cs := connect(t, s, "")
+	p := idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: map[string]any{"order_id": "o-1", "amount_cents": 5}}, "k")
+	if _, err := cs.CallTool(context.Background(), p); err == nil || recovered != "downstream blew up" {
+		t.Fatalf("panicking call: err=%v recovered=%v", err, recovered)
+	}
+	res, err := cs.CallTool(context.Background(), p)
+	if err != nil || res.IsError || idemmcp.Replayed(res) || runs != 2 {
+		t.Fatalf("retry after the panic: err=%v replayed=%t runs=%d", err, idemmcp.Replayed(res), runs)
 	}
 }
