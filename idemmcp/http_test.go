@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,4 +121,52 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestTopLevelKeysHTTP posts tools/call in the SEP-3182 shape, the key at
+// the top of params, to a stateless streamable HTTP server.
+func TestTopLevelKeysHTTP(t *testing.T) {
+	for _, lift := range []bool{false, true} {
+		r := &refunds{}
+		s := newServer(shared(t, nil), r)
+		var handler http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+		if lift {
+			handler = idemmcp.TopLevelKeysHTTP(handler)
+		}
+		srv := serveHTTP(t, handler)
+		postTopLevel(t, srv.URL, 1)
+		res := postTopLevel(t, srv.URL, 2)
+		meta, _ := res["_meta"].(map[string]any)
+		switch {
+		case lift && (meta[idemmcp.MetaReplayed] != true || r.count() != 1):
+			t.Fatalf("lifted: second post %v, runs=%d", res, r.count())
+		case !lift && meta[idemmcp.MetaStatus] != idemmcp.StatusMissingKey:
+			t.Fatalf("not lifted: the key was read anyway: %v", res)
+		}
+	}
+}
+
+// postTopLevel posts one tools/call of refund_order with its key at the
+// top of params, and returns the JSON-RPC result.
+func postTopLevel(t *testing.T, url string, id int) map[string]any {
+	t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"refund_order",`+
+		`"arguments":{"order_id":"o-1","amount_cents":5},"idempotencyKey":"top-1"}}`, id)
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var msg struct {
+		Result map[string]any `json:"result"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &msg); err != nil || msg.Result == nil {
+		t.Fatalf("status %d, body %s: %v", resp.StatusCode, b, err)
+	}
+	return msg.Result
 }
