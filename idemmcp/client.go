@@ -245,3 +245,16 @@ func (c *Client) backoff(n int) time.Duration {
 	}
 	return rand.N(ceiling + 1)
 }
+
+// Close closes the session the Client is using, if any: Session, or the
+// last one Connect made. A later call connects again through Connect.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	s := c.cur
+	c.cur, c.dropped = nil, true
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Close()
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -96,6 +97,7 @@ func TestCrash_RetryAfterSIGKILL(t *testing.T) {
 					return mcp.NewClient(&mcp.Implementation{Name: "crash-test", Version: "v0"}, nil).Connect(ctx, tr, nil)
 				}}
 
+			defer client.Close()
 			type answer struct {
 				res *mcp.CallToolResult
 				err error
@@ -161,5 +163,47 @@ func decode(t *testing.T, v any, out any) {
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
+	}
+}
+
+// TestHTTP serves the example over streamable HTTP on 127.0.0.1, as
+// -http does, and calls refund_order twice with one key.
+func TestHTTP(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-dir", t.TempDir(), "-http", ":0"}, pw) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	sc := bufio.NewScanner(pr)
+	if !sc.Scan() || !strings.Contains(sc.Text(), "http://127.0.0.1:") {
+		t.Fatalf("no address announced: %q", sc.Text())
+	}
+	url := sc.Text()[strings.Index(sc.Text(), "http://"):]
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+
+	client := &idemmcp.Client{Connect: func(ctx context.Context) (*mcp.ClientSession, error) {
+		return mcp.NewClient(&mcp.Implementation{Name: "http-test", Version: "v0"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	}}
+	defer client.Close()
+	var answers []*mcp.CallToolResult
+	for range 2 {
+		res, err := client.CallTool(ctx, &mcp.CallToolParams{Name: "refund_order",
+			Arguments: map[string]any{"order_id": "o-1", "amount_cents": 100}}, "refund:o-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, res)
+	}
+	if refundOf(t, answers[1]) != refundOf(t, answers[0]) || !idemmcp.Replayed(answers[1]) {
+		t.Fatalf("second answer %+v replayed=%t", refundOf(t, answers[1]), idemmcp.Replayed(answers[1]))
+	}
+	if n := countRefunds(t, client); n != 1 {
+		t.Fatalf("list_refunds shows %d refunds, want 1", n)
 	}
 }
