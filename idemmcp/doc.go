@@ -1,0 +1,101 @@
+// Package idemmcp puts idem's contract on Model Context Protocol tool
+// servers and clients built on the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk): a write tool runs once per
+// idempotency key, and every repeat gets the first call's result back. MCP
+// has no idempotency of its own, and a tools/call retried after a timeout
+// or a dropped connection would run the tool again.
+//
+// A tool server protects a typed tool with one call in place of
+// mcp.AddTool, or every write tool at once with a middleware:
+//
+//	store, _ := idem.Open("/var/lib/tools/idem", nil)
+//	guard := idemmcp.New(store, &idemmcp.Options{Authenticated: true})
+//	idemmcp.AddTool(guard, server, &mcp.Tool{Name: "refund_order"}, refund)
+//	// or: server.AddReceivingMiddleware(guard.Middleware())
+//
+// An agent sends the key it derived when it planned the effect, and
+// retries with it:
+//
+//	client := &idemmcp.Client{Session: session}
+//	res, err := client.CallTool(ctx, params, idem.StepKey(runID, step, "refund_order"))
+//
+// # Semantics
+//
+// The key is read from params._meta.idempotencyKey; then from a top-level
+// params.idempotencyKey (the SEP-3182 shape, once TopLevelKeys or
+// TopLevelKeysHTTP moved it, since the SDK drops unknown members of
+// params); then, if Options.KeyArgument names one, from that tool
+// argument, which is left out of the fingerprint. Keys are 1 to 255
+// printable ASCII characters, as everywhere in idem.
+//
+// The scope is the tool name joined with: the server's Options.Scope, if
+// set; else the stable identity of the authenticated principal (the auth
+// info's UserID by default, never the token, which rotates); else, with
+// Options.SharedScope, nothing (all callers share one scope per tool).
+// Otherwise the call is refused. Never the session id: a client that
+// reconnects gets a new session, and its retry must still replay. New
+// refuses to build a Guard that was not told which of these it wants.
+//
+// The fingerprint is the tool name and the arguments in idem's canonical
+// JSON: member order, whitespace and escape forms do not matter, numbers
+// compare by exact value, and absent arguments equal {}.
+//
+// Tools annotated readOnlyHint or idempotentHint pass through. A call of a
+// write tool meets one of these:
+//
+//	no key                          tool error, status missing_key (or runs unprotected: AllowMissingKey)
+//	malformed key or arguments      tool error, status invalid_key; nothing runs
+//	no principal to scope it by     tool error, status unauthenticated; nothing runs
+//	first call for (scope, key)     the tool runs; its answer is kept as the store's Policy says
+//	repeat, first one done          the saved CallToolResult (content, structuredContent, isError),
+//	                                _meta.idempotentReplayed: true
+//	repeat, first one running       tool error, status in_progress, _meta.retryAfterSeconds
+//	repeat with other arguments     tool error, status mismatch, naming the key; nothing runs
+//	earlier attempt's outcome unknown   tool error, status outcome_unknown: an operator is resolving it
+//	store unavailable               tool error, status unavailable, _meta.retryAfterSeconds; nothing
+//	                                ran, and a retry with the same key is safe
+//
+// Refusals are tool errors, not protocol errors, so that a model reads
+// them and can act; their _meta carries idempotencyStatus, the key and,
+// where waiting helps, retryAfterSeconds.
+//
+// The store's idem.Policy decides what is kept: under idem.DefaultPolicy a
+// tool error (isError) is released, so a retry runs the tool again, and a
+// successful answer is saved; ToolErrorPolicy saves tool errors too.
+// Protocol errors are released under both. A panic in the tool releases
+// the claim and is re-raised, as under idem.Store.Do. While the tool runs,
+// its claim's lease is extended, and its context is cancelled if the
+// claim is lost to recovery; idem.ClaimFromContext gives the tool the
+// claim's scope, key and fencing token, for a downstream record such as a
+// ledger line that a Resolver can find after a crash (SavedResult builds
+// the answer a Resolver returns).
+//
+// Servers advertise: Middleware, AddTool and Guard.AddTool add the
+// experimental server capability "idempotency" to the initialize (and
+// server/discover) answer, and to each protected tool's listing a line at
+// the end of its description and an "idempotency" member in its _meta.
+//
+// The Client retries a call on transport failures (it connects a new
+// session through Client.Connect) and on in_progress and unavailable
+// answers, with the same key and arguments, bounded by MaxAttempts and
+// MaxElapsed like idemhttp's Transport; it returns every other answer, and
+// a *RetryError when it gives up.
+//
+// # Caveats
+//
+//   - Middleware learns whether a tool is read-only by listing the
+//     server's tools through the handlers below it, on each call of a
+//     tool: other middleware there sees a tools/list per call.
+//   - A protected tool's answer is made durable before it is sent, but a
+//     tool that sends progress or log notifications sends them at once;
+//     a replay has none.
+//   - An answer that asks for input (multi-round-trip) is not kept: the
+//     claim is released, and the call that brings the input runs.
+//   - The top-level SEP-3182 key is read only through TopLevelKeys and
+//     TopLevelKeysHTTP; without them such a call counts as keyless.
+//   - A tool that panics takes the server down, as it would without
+//     idemmcp (the SDK does not recover panics), unless a middleware
+//     outside the guard recovers; its claim is released first either way.
+//   - Retention is the store's (or Options.Retention): a retry after the
+//     record expired runs the tool again.
+package idemmcp
