@@ -80,7 +80,7 @@
 // request whose span is sampled. Middleware finds the key in the header
 // as idemhttp does and learns the scope from the store's events: with the
 // same key in two scopes at once, a refused request's span may name the
-// other scope's token.
+// other scope and its token.
 //
 // A digest of a guessable key (refund:order-123) can be reversed by trying
 // candidates; set Options.KeyDigest to an HMAC under a server secret when

@@ -14,8 +14,10 @@ import (
 // SpanName is the name of the span Do starts.
 const SpanName = "idem.Do"
 
-// maxWatched bounds the events one traced request keeps. Repeated kinds
-// (a 409 per poll while idemhttp waits) overwrite their last one.
+// maxWatched bounds the events one traced request keeps. An event of the
+// kind and token of one kept replaces it (a 409 per poll while idemhttp
+// waits, the refusals of concurrent requests while this one runs), so the
+// bound is reached only by a long run of distinct claims on the key.
 const maxWatched = 32
 
 // watch collects the store's events for one key while a request for it is
@@ -32,7 +34,7 @@ func (w *watch) add(e idem.Event) {
 		return
 	}
 	for i := range w.events {
-		if w.events[i].Kind == e.Kind && (e.Kind == idem.EventInProgress || e.Kind == idem.EventReplayed) {
+		if w.events[i].Kind == e.Kind && w.events[i].Token == e.Token {
 			w.events[i] = e
 			return
 		}
