@@ -17,25 +17,18 @@ import (
 // MiddlewareSpanName is the name of the span Middleware starts.
 const MiddlewareSpanName = "idem.request"
 
-// OutcomeSkipped: the idempotency middleware let a keyed request through
-// without a claim (a method or route it does not cover).
-const OutcomeSkipped = "skipped"
-
-// AttrHTTPStatus is the status the request was answered with (Middleware).
-const AttrHTTPStatus = "http.response.status_code"
-
 // maxProblemBytes bounds the problem+json body read back for its type.
 const maxProblemBytes = 2048
 
 type runKey struct{}
 
 // Middleware wraps an idemhttp middleware (the value idemhttp.Middleware
-// returns) so that every request carrying an Idempotency-Key gets a span
+// returns) so that every request carrying one Idempotency-Key gets a span
 // named MiddlewareSpanName, with the attributes Do sets and the HTTP
-// status. Requests without the header pass through with no span: they are
-// idemhttp's to refuse or let through. The handler's context carries the
-// span. s is the store idemMiddleware runs on; it must have t as its
-// Observer.
+// status. Requests without the header, or with it twice, pass through
+// with no span: they are idemhttp's to refuse or let through. The
+// handler's context carries the span. s is the store idemMiddleware runs
+// on; it must have t as its Observer.
 //
 //	mw := tel.Middleware(store, idemhttp.Middleware(store, opts))
 //	mux.Handle("POST /refunds", mw(refunds))

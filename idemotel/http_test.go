@@ -64,9 +64,10 @@ func TestTelemetry_Middleware(t *testing.T) {
 	r := newRig(t, nil, nil)
 	started, release := make(chan uint64, 1), make(chan struct{})
 	refunds := http.HandlerFunc(func(w http.ResponseWriter, rq *http.Request) {
-		c, _ := idem.ClaimFromContext(rq.Context())
-		started <- c.Token()
-		<-release
+		if c, ok := idem.ClaimFromContext(rq.Context()); ok {
+			started <- c.Token()
+			<-release
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"refund":"re_1"}`)
@@ -101,6 +102,13 @@ func TestTelemetry_Middleware(t *testing.T) {
 	if resp, _ := post(t, url, "", `{"amount":5}`); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("no key: %d, want 400", resp.StatusCode)
 	}
+	// idemhttp lets a GET through untouched, key or not.
+	get, _ := http.NewRequest(http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(idemhttp.WithKey(get, "q-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 
 	attrs := func(outcome, status string) map[string]string {
 		return map[string]string{"idem.scope": "tenant-a", "idem.key.digest": idemotel.KeyDigest("q-1"),
@@ -115,6 +123,8 @@ func TestTelemetry_Middleware(t *testing.T) {
 		{Name: name, Attrs: executed},
 		{Name: name, Attrs: attrs("replayed", "201")},
 		{Name: name, Attrs: attrs("mismatch", "422")},
+		{Name: name, Attrs: map[string]string{"idem.key.digest": idemotel.KeyDigest("q-2"),
+			"idem.outcome": "skipped", "http.response.status_code": "201"}},
 	})
 	check(t, "metrics", r.metrics(t), map[string]any{
 		"idem.executions": int64(1),

@@ -42,6 +42,9 @@ const (
 	AttrRejection = "idem.rejection"
 	// AttrOperation is the storage operation a duration or error is about.
 	AttrOperation = "idem.operation"
+	// AttrHTTPStatus is the status a request was answered with
+	// (Middleware), as OpenTelemetry's HTTP conventions name it.
+	AttrHTTPStatus = "http.response.status_code"
 )
 
 // Outcomes, the values of AttrOutcome.
@@ -66,6 +69,9 @@ const (
 	// OutcomeUnavailable: the store could not be read or written, or was
 	// closed; the effect did not run.
 	OutcomeUnavailable = "unavailable"
+	// OutcomeSkipped: the idempotency middleware let a keyed request
+	// through without a claim (a method or route it does not cover).
+	OutcomeSkipped = "skipped"
 )
 
 // Options configure Telemetry. Nil Options, and every zero field, mean the
