@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
@@ -303,5 +305,36 @@ func TestKeyDigest(t *testing.T) {
 				t.Errorf("attribute %s carries the raw key", k)
 			}
 		}
+	}
+}
+
+// TestTelemetry_Do_SampledOut: a request whose span is not sampled watches
+// nothing and reads nothing more, and the metrics still count it.
+func TestTelemetry_Do_SampledOut(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	r := newRig(t, nil, nil, func(o *idemotel.Options) {
+		o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()),
+			sdktrace.WithSyncer(spans))
+	})
+	for range 2 {
+		if _, _, err := r.tel.Do(context.Background(), r.store, req, refund(r, 0, new(uint64))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(spans.GetSpans()); n != 0 {
+		t.Errorf("%d spans exported, want none", n)
+	}
+	m := r.metrics(t)
+	check(t, "counts", []any{m["idem.executions"], m["idem.replays"]}, []any{int64(1), int64(1)})
+}
+
+// BenchmarkTelemetry_Observe is the cost Telemetry adds to each store
+// event, here a replay, with the SDK's meter provider behind it.
+func BenchmarkTelemetry_Observe(b *testing.B) {
+	r := newRig(b, nil, nil)
+	e := idem.Event{Kind: idem.EventReplayed, Scope: "tenant-a", Key: key, Token: 7, Time: epoch}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.tel.Observe(e)
 	}
 }

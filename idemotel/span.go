@@ -96,6 +96,11 @@ func (t *Telemetry) Do(ctx context.Context, s *idem.Store, req idem.Request,
 	fn func(ctx context.Context) (idem.Result, error)) (idem.Result, bool, error) {
 	ctx, span := t.tracer.Start(ctx, SpanName, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String(AttrScope, req.Scope), attribute.String(AttrKeyDigest, t.digest(req.Key))))
+	if !span.IsRecording() {
+		// Sampled out: nothing to annotate, so nothing to watch.
+		defer span.End()
+		return s.Do(ctx, req, fn)
+	}
 	w := t.watch(req.Scope, req.Key, false)
 	var r reqRun
 	finished := false
