@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -76,6 +77,9 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err // -h: the usage was asked for, and printed
+		}
 		// The flag package has printed why, and the usage.
 		return errUsage
 	}

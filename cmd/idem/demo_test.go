@@ -88,7 +88,7 @@ func TestRun_Dispatch(t *testing.T) {
 		{[]string{"demo", "-agents", "0"}, 2, "-agents must be 1 to 1000"},
 		{[]string{"demo", "-refunds", "99"}, 2, "-refunds must be 1 to 50"},
 		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
-		{[]string{"demo", "-h"}, 2, "usage: idem demo"},
+		{[]string{"demo", "-h"}, 0, "usage: idem demo"},
 		{[]string{"demo", "-bogus"}, 2, "flag provided but not defined"},
 	} {
 		var stdout, stderr bytes.Buffer
