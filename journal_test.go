@@ -154,7 +154,7 @@ func TestJournal_KilledRunResumes(t *testing.T) {
 	var mu sync.Mutex
 	var ledger []entry
 	server := openStore(t, t.TempDir(), nil)
-	h := idemhttp.Middleware(server, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idemhttp.Middleware(server, &idemhttp.Options{Scope: idemhttp.SharedScope})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		ledger = append(ledger, entry{r.Header.Get("Idempotency-Key"), string(body)})

@@ -43,7 +43,7 @@ func (s *Suite) httpReplays(ctx context.Context) error {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(benchResult)
 	})
-	mw := idemhttp.Middleware(store, nil)(bare)
+	mw := idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope})(bare)
 	const keys = 100
 	request := func(i int) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/refunds", strings.NewReader(requestBody))

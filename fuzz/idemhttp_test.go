@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -29,7 +30,8 @@ const (
 // second body. The middleware must never panic, must answer every refusal
 // with a well-formed problem, and must never run the handler twice for one
 // key: the repeat replays, the other body is a mismatch or (if it
-// fingerprints the same) a replay.
+// fingerprints the same) a replay. The handler must get the unquoted key
+// from KeyFromContext.
 func FuzzMiddleware(f *testing.F) {
 	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, SweepInterval: -1})
 	if err != nil {
@@ -56,6 +58,19 @@ func FuzzMiddleware(f *testing.F) {
 			got, err := io.ReadAll(r.Body)
 			if err != nil {
 				t.Errorf("handler could not read the body: %v", err)
+			}
+			// The handler gets the key as the store holds it: valid, and
+			// the header itself unless the header was quoted.
+			k, ok := idemhttp.KeyFromContext(r.Context())
+			keyed := r.Method == http.MethodPost || r.Method == http.MethodPatch
+			raw := r.Header.Get(idemhttp.HeaderKey)
+			switch {
+			case ok != keyed:
+				t.Errorf("%s: KeyFromContext ok=%t", r.Method, ok)
+			case ok && idem.ValidateKey(k) != nil:
+				t.Errorf("KeyFromContext gave an invalid key %q", k)
+			case ok && !strings.HasPrefix(raw, `"`) && k != raw:
+				t.Errorf("KeyFromContext %q for the bare header %q", k, raw)
 			}
 			n := runs.Add(1)
 			w.Header().Set("Content-Type", "text/plain")

@@ -15,8 +15,31 @@
 //	store, err := idem.Open(dir, &idem.Options{Resolver: ledgerCheck,
 //		Observer: idemadmin.Tee(&decisions, idemadmin.CountEvents(metrics))})
 //	...
-//	mux.Handle("/admin/idem/", http.StripPrefix("/admin/idem", requireAdmin(
-//		idemadmin.Handler(store, &idemadmin.HandlerOptions{Decisions: &decisions, Metrics: metrics}))))
+//	admin := idemadmin.Handler(store, &idemadmin.HandlerOptions{
+//		Authorize: func(r *http.Request, a idemadmin.Access) error {
+//			return requireRole(r, "idem-"+a.String()) // your own check: read, bodies, sweep
+//		},
+//		Decisions: &decisions, Metrics: metrics,
+//	})
+//	opsMux := http.NewServeMux() // served on an internal listener, not the public one
+//	opsMux.Handle("/admin/idem/", http.StripPrefix("/admin/idem", admin))
+//
+// # Mounting the handler safely
+//
+// Handler requires an Authorizer and asks it on every request, for the
+// access the request needs: reading the views, reading saved bodies (an
+// export asks for them only with bodies=true), or running a sweep (POST,
+// which asks the resolver and writes). Serve it on an internal listener
+// or behind the server's authentication, never on the public mux next to
+// the tools, and keep bodies and sweep access for the few who need them.
+//
+// Importing idem (through Badger) imports the standard expvar package,
+// which publishes /debug/vars on http.DefaultServeMux: Badger's counters,
+// the process's command line and its memory statistics. A server that
+// serves http.DefaultServeMux (http.ListenAndServe(addr, nil)) serves that
+// page to anyone who reaches it, whatever the Authorizer says. Serve your
+// own ServeMux, as above; Expvar publishes idem's metrics only into the
+// *expvar.Map you give it.
 //
 // # Semantics
 //
@@ -40,9 +63,8 @@
 // # Caveats
 //
 //   - ls, stats and export scan every record (Lister.Scan): their cost grows
-//     with the store. Keep a live server's admin handler behind its own
-//     authorization and rate limits; it exposes keys, fingerprints and, in
-//     exports, saved bodies.
+//     with the store. Rate-limit the admin handler too: its Authorizer
+//     decides who, not how often.
 //   - Replay and rejection counts are flushed in batches (see
 //     idem.Record.Replays): a live view may lag by a second, and a crash
 //     may lose the last second's counts.

@@ -3,6 +3,7 @@ package idemadmin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"expvar"
 	"fmt"
 	"log"
@@ -199,23 +200,57 @@ func ExampleHandler() {
 		log.Fatal(err)
 	}
 
-	// Mount it under a prefix, behind the server's own authorization.
-	mux := http.NewServeMux()
-	mux.Handle("/admin/idem/", http.StripPrefix("/admin/idem", idemadmin.Handler(store, nil)))
-	srv := httptest.NewServer(mux)
+	// Who may do what: here a static token per role (a real server checks
+	// its own credentials). Readers see the views; only the operator may
+	// read saved bodies and run a sweep.
+	authorize := func(r *http.Request, a idemadmin.Access) error {
+		switch r.Header.Get("Authorization") {
+		case "Bearer operator-token":
+			return nil
+		case "Bearer reader-token":
+			if a == idemadmin.AccessRead {
+				return nil
+			}
+			return errors.New("readers may not " + a.String())
+		}
+		return idemadmin.ErrUnauthenticated
+	}
+	// Mount it under a prefix of its own mux, served on an internal
+	// listener: never http.DefaultServeMux, which also serves /debug/vars.
+	ops := http.NewServeMux()
+	ops.Handle("/admin/idem/", http.StripPrefix("/admin/idem",
+		idemadmin.Handler(store, &idemadmin.HandlerOptions{Authorize: authorize})))
+	srv := httptest.NewServer(ops)
 	defer srv.Close()
 
-	resp, err := http.Get(srv.URL + "/admin/idem/inspect?scope=shop-1&key=refund:order-1")
-	if err != nil {
-		log.Fatal(err)
+	get := func(path, token string) *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL+"/admin/idem"+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return resp
 	}
-	defer resp.Body.Close()
+	resp := get("/inspect?scope=shop-1&key=refund:order-1", "reader-token")
 	var story idemadmin.Story
 	if err := json.NewDecoder(resp.Body).Decode(&story); err != nil {
 		log.Fatal(err)
 	}
+	resp.Body.Close()
 	fmt.Println(resp.StatusCode, story.Condition, story.Result.Status, len(story.Timeline))
-	// Output: 200 done 201 4
+	for _, token := range []string{"", "reader-token", "operator-token"} {
+		resp := get("/export?bodies=true", token)
+		resp.Body.Close()
+		fmt.Printf("export with bodies, %q: %d\n", token, resp.StatusCode)
+	}
+	// Output:
+	// 200 done 201 4
+	// export with bodies, "": 401
+	// export with bodies, "reader-token": 403
+	// export with bodies, "operator-token": 200
 }
 
 func ExampleCountEvents() {

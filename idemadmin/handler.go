@@ -13,8 +13,15 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// HandlerOptions configure Handler. Nil means the defaults.
+// HandlerOptions configure Handler. Authorize is required; every other
+// zero field means its documented default.
 type HandlerOptions struct {
+	// Authorize decides who may read the views, read saved bodies and run
+	// a sweep (see Access). Required: Handler panics without it, so that
+	// mounting the handler is a decision about who reaches it, not an
+	// accident of routing. Authorization in front of the handler does not
+	// replace it: the handler still asks, per request and per access.
+	Authorize Authorizer
 	// Decisions, when the server passed it in the store's Options.Observer,
 	// lets POST /sweep list each decision; nil reports counts only.
 	Decisions *Decisions
@@ -29,38 +36,42 @@ type HandlerOptions struct {
 	MaxRows int
 }
 
-// Handler serves the views of a running server's store, as JSON, for a
-// server to mount behind its own authorization:
+// Handler serves the views of a running server's store, as JSON, to the
+// requests opts.Authorize allows (the access each needs in brackets):
 //
-//	GET  /inspect?scope=S&key=K   the key's Story (404 when nothing is stored)
-//	GET  /ls?state=&scope=&older_than=&limit=   a Listing (limit default 100)
-//	GET  /stats                   Stats; refreshes Metrics' gauges
-//	POST /sweep                   runs a sweep now: a SweepResult
-//	GET  /export?bodies=false     every record as JSON lines (AuditRecord)
+//	GET  /inspect?scope=S&key=K   the key's Story (404 when nothing is stored) [read]
+//	GET  /ls?state=&scope=&older_than=&limit=   a Listing (limit default 100) [read]
+//	GET  /stats                   Stats; refreshes Metrics' gauges [read]
+//	POST /sweep                   runs a sweep now: a SweepResult [sweep]
+//	GET  /export?bodies=false     every record as JSON lines (AuditRecord) [read]
+//	GET  /export?bodies=true      the same with saved bodies [read, bodies]
 //
 // Paths are relative to where it is mounted (use http.StripPrefix). Add
 // format=text to inspect, ls, stats or sweep for the command line's
 // tables. Errors are JSON objects {"error": "..."} with a 4xx or 5xx
-// status; ls, stats and export answer 501 when the backend cannot list
-// (idem.Lister). A scan stops when the request's context ends.
+// status: 401 or 403 when the Authorizer refuses; ls, stats and export
+// answer 501 when the backend cannot list (idem.Lister). A scan stops when
+// the request's context ends. Handler panics if opts or opts.Authorize is
+// nil.
 func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
-	h := &handler{s: store, maxRows: 1000}
-	if opts != nil {
-		h.o = *opts
-		if opts.MaxRows > 0 {
-			h.maxRows = opts.MaxRows
-		}
+	if opts == nil || opts.Authorize == nil {
+		panic("idemadmin: Handler needs HandlerOptions.Authorize: it shows keys, fingerprints and (when " +
+			"asked) saved bodies, and POST sweep asks the resolver and writes; say who may do which")
+	}
+	h := &handler{s: store, o: *opts, maxRows: 1000}
+	if opts.MaxRows > 0 {
+		h.maxRows = opts.MaxRows
 	}
 	if h.o.Now == nil {
 		h.o.Now = store.Options().Clock.Now
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", h.index)
-	mux.HandleFunc("GET /inspect", h.inspect)
-	mux.HandleFunc("GET /ls", h.ls)
-	mux.HandleFunc("GET /stats", h.stats)
-	mux.HandleFunc("POST /sweep", h.sweep)
-	mux.HandleFunc("GET /export", h.export)
+	mux.HandleFunc("GET /{$}", h.guard(AccessRead, h.index))
+	mux.HandleFunc("GET /inspect", h.guard(AccessRead, h.inspect))
+	mux.HandleFunc("GET /ls", h.guard(AccessRead, h.ls))
+	mux.HandleFunc("GET /stats", h.guard(AccessRead, h.stats))
+	mux.HandleFunc("POST /sweep", h.guard(AccessSweep, h.sweep))
+	mux.HandleFunc("GET /export", h.guard(AccessRead, h.export))
 	return mux
 }
 
@@ -73,7 +84,7 @@ type handler struct {
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string][]string{"endpoints": {
 		"GET inspect?scope=&key=", "GET ls?state=&scope=&older_than=&limit=", "GET stats",
-		"POST sweep", "GET export?bodies=false",
+		"POST sweep", "GET export?bodies=false", "GET export?bodies=true",
 	}})
 }
 
@@ -164,7 +175,9 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	bodies := true
+	// Bodies are what tools answered their callers: only when asked, and
+	// only for those allowed to read them.
+	bodies := false
 	if s := r.URL.Query().Get("bodies"); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -172,6 +185,9 @@ func (h *handler) export(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		bodies = b
+	}
+	if bodies && !h.allowed(w, r, AccessBodies) {
+		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	// Once lines are sent the status is too: a failure midway can only

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"expvar"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,19 +44,45 @@ func newAdminEnv(t *testing.T, resolver idem.Resolver) *adminEnv {
 	}
 	t.Cleanup(func() { _ = e.store.Close() })
 	mux := http.NewServeMux()
-	mux.Handle("/admin/idem/", http.StripPrefix("/admin/idem",
-		idemadmin.Handler(e.store, &idemadmin.HandlerOptions{Decisions: e.decisions, Metrics: m})))
+	mux.Handle("/admin/idem/", http.StripPrefix("/admin/idem", idemadmin.Handler(e.store,
+		&idemadmin.HandlerOptions{Authorize: byRole, Decisions: e.decisions, Metrics: m})))
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
 	return e
 }
 
-// get requests path and decodes a JSON answer into v (if not nil).
+// byRole is an Authorizer: the X-Role header names what the caller may do
+// (a real one verifies credentials). "operator" may do everything,
+// "auditor" read with bodies, "viewer" read only.
+func byRole(r *http.Request, a idemadmin.Access) error {
+	role := r.Header.Get("X-Role")
+	switch {
+	case role == "":
+		return fmt.Errorf("no role: %w", idemadmin.ErrUnauthenticated)
+	case role == "operator",
+		role == "auditor" && a != idemadmin.AccessSweep,
+		role == "viewer" && a == idemadmin.AccessRead:
+		return nil
+	}
+	return fmt.Errorf("role %s may not %s", role, a)
+}
+
+// call requests path as an operator and decodes a JSON answer into v (if
+// not nil).
 func (e *adminEnv) call(t *testing.T, method, path string, v any) (int, string) {
+	t.Helper()
+	return e.callAs(t, "operator", method, path, v)
+}
+
+// callAs is call with the given role ("" for none).
+func (e *adminEnv) callAs(t *testing.T, role, method, path string, v any) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.srv.URL+"/admin/idem"+path, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if role != "" {
+		req.Header.Set("X-Role", role)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -208,26 +235,48 @@ func TestHandler(t *testing.T) {
 	})
 
 	t.Run("export", func(t *testing.T) {
-		resp, err := http.Get(e.srv.URL + "/admin/idem/export?bodies=false")
+		// Bodies stay out unless asked for.
+		for _, query := range []string{"", "?bodies=false"} {
+			code, body := e.call(t, "GET", "/export"+query, nil)
+			lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n")
+			if code != 200 || len(lines) != 4 {
+				t.Fatalf("export%s: %d, %d lines\n%s", query, code, len(lines), body)
+			}
+			for _, line := range lines {
+				var a idemadmin.AuditRecord
+				if err := json.Unmarshal([]byte(line), &a); err != nil {
+					t.Fatal(err)
+				}
+				if a.Result != nil && (a.Result.Body != nil || (a.Key == "refund:1" && a.Result.BodyBytes == 0)) {
+					t.Errorf("export%s: %s", query, line)
+				}
+			}
+		}
+		req, err := http.NewRequest("GET", e.srv.URL+"/admin/idem/export?bodies=true", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "application/x-ndjson" {
-			t.Fatalf("%d %s", resp.StatusCode, ct)
+		req.Header.Set("X-Role", "auditor")
+		got, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		n := 0
-		for sc := bufio.NewScanner(resp.Body); sc.Scan(); n++ {
+		defer got.Body.Close()
+		if ct := got.Header.Get("Content-Type"); got.StatusCode != 200 || ct != "application/x-ndjson" {
+			t.Fatalf("%d %s", got.StatusCode, ct)
+		}
+		withBody := 0
+		for sc := bufio.NewScanner(got.Body); sc.Scan(); {
 			var a idemadmin.AuditRecord
 			if err := json.Unmarshal(sc.Bytes(), &a); err != nil {
 				t.Fatal(err)
 			}
-			if a.Result != nil && (a.Result.Body != nil || (a.Key == "refund:1" && a.Result.BodyBytes == 0)) {
-				t.Errorf("bodies=false: %s", sc.Bytes())
+			if a.Result != nil && string(a.Result.Body) == `{"key":"refund:1"}` {
+				withBody++
 			}
 		}
-		if n != 4 {
-			t.Errorf("%d lines, want 4", n)
+		if withBody != 1 {
+			t.Errorf("bodies=true: %d records with their body, want 1", withBody)
 		}
 		if code, _ := e.call(t, "GET", "/export?bodies=maybe", nil); code != 400 {
 			t.Errorf("bodies=maybe: %d", code)
@@ -259,7 +308,8 @@ func TestHandler_NotALister(t *testing.T) {
 	}
 	store := idem.New(noLister{b}, &idem.Options{SweepInterval: -1})
 	defer store.Close()
-	srv := httptest.NewServer(idemadmin.Handler(store, nil))
+	srv := httptest.NewServer(idemadmin.Handler(store, &idemadmin.HandlerOptions{
+		Authorize: func(*http.Request, idemadmin.Access) error { return nil }}))
 	defer srv.Close()
 	for _, path := range []string{"/ls", "/stats", "/export"} {
 		resp, err := http.Get(srv.URL + path)
@@ -329,5 +379,96 @@ func TestCountEvents_EveryKind(t *testing.T) {
 	}
 	if strings.Contains(m.String(), `"events_event"`) {
 		t.Errorf("an event kind has no name: %s", m)
+	}
+}
+
+func TestHandler_AuthorizeRequired(t *testing.T) {
+	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for name, opts := range map[string]*idemadmin.HandlerOptions{"nil options": nil, "no Authorize": {MaxRows: 5}} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if msg, _ := recover().(string); !strings.Contains(msg, "Authorize") {
+					t.Fatalf("panic %q", msg)
+				}
+			}()
+			idemadmin.Handler(store, opts)
+		})
+	}
+}
+
+// TestHandler_Authorize checks that every endpoint asks the Authorizer
+// for the access it needs, and that a refused sweep changes nothing.
+func TestHandler_Authorize(t *testing.T) {
+	resolver := idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
+	})
+	e := newAdminEnv(t, resolver)
+	e.do(t, "refund:1", 201)
+	e.hold(t, "refund:held")
+	e.clock.Advance(time.Hour)
+
+	for _, tc := range []struct {
+		role, method, path string
+		want               int
+	}{
+		{"", "GET", "/", 401},
+		{"", "GET", "/inspect?scope=shop-1&key=refund:1", 401},
+		{"", "GET", "/ls", 401},
+		{"", "GET", "/stats", 401},
+		{"", "GET", "/export", 401},
+		{"", "POST", "/sweep", 401},
+		{"viewer", "GET", "/", 200},
+		{"viewer", "GET", "/inspect?scope=shop-1&key=refund:1", 200},
+		{"viewer", "GET", "/ls", 200},
+		{"viewer", "GET", "/stats", 200},
+		{"viewer", "GET", "/export", 200},
+		{"viewer", "GET", "/export?bodies=true", 403},
+		{"viewer", "POST", "/sweep", 403},
+		{"auditor", "GET", "/export?bodies=true", 200},
+		{"auditor", "POST", "/sweep", 403},
+		{"intruder", "GET", "/ls", 403},
+	} {
+		code, body := e.callAs(t, tc.role, tc.method, tc.path, nil)
+		if code != tc.want {
+			t.Errorf("%q %s %s: %d, want %d\n%s", tc.role, tc.method, tc.path, code, tc.want, body)
+		}
+		if code >= 400 && (strings.Contains(body, "role") || strings.Contains(body, "refund")) {
+			t.Errorf("%q %s %s: the refusal says too much: %s", tc.role, tc.method, tc.path, body)
+		}
+	}
+	// No refused sweep ran: the stale claim is still there to recover.
+	var res idemadmin.SweepResult
+	if code, body := e.call(t, "POST", "/sweep", &res); code != 200 || res.Counts.NotCommitted != 1 {
+		t.Fatalf("the operator's sweep: %d %s", code, body)
+	}
+}
+
+// TestSweep_NoDecisions checks that a sweep that decided nothing lists no
+// decisions as [], not null, when it had a Decisions observer.
+func TestSweep_NoDecisions(t *testing.T) {
+	e := newAdminEnv(t, nil)
+	code, body := e.call(t, "POST", "/sweep", nil)
+	if code != 200 || !strings.Contains(body, `"decisions": []`) {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// TestDefaultServeMux_DebugVars pins what idemadmin's package doc warns
+// about: importing idem publishes /debug/vars, with Badger's counters and
+// the command line, on http.DefaultServeMux.
+func TestDefaultServeMux_DebugVars(t *testing.T) {
+	req := httptest.NewRequest("GET", "/debug/vars", nil)
+	if _, pattern := http.DefaultServeMux.Handler(req); pattern == "" {
+		t.Fatal("nothing serves /debug/vars on http.DefaultServeMux: update the package doc and README")
+	}
+	w := httptest.NewRecorder()
+	http.DefaultServeMux.ServeHTTP(w, req)
+	body := w.Body.String()
+	if w.Code != 200 || !strings.Contains(body, `"cmdline"`) || !strings.Contains(body, `"badger_`) {
+		t.Fatalf("%d %.300s", w.Code, body)
 	}
 }

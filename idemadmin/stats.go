@@ -176,8 +176,11 @@ func (s *Stats) WriteText(w io.Writer) error {
 	p("replays", "%d", s.Replays)
 	p("rejected", "%d× 409, %d× 422", s.Conflicts, s.Mismatches)
 	if s.Disk != nil {
-		p("disk", "%s (tables %s, value log %s)", formatBytes(s.Disk.Total),
-			formatBytes(s.Disk.LSM), formatBytes(s.Disk.VLog))
+		// The rest is mostly idem's own log (idem.wal, 8 MiB written in
+		// full), then memtables and the manifest: name it, so the parts
+		// add up to the total.
+		p("disk", "%s (tables %s, value log %s, idem.wal, memtables and manifest %s)", formatBytes(s.Disk.Total),
+			formatBytes(s.Disk.LSM), formatBytes(s.Disk.VLog), formatBytes(max(s.Disk.Total-s.Disk.LSM-s.Disk.VLog, 0)))
 	}
 	return tw.Flush()
 }

@@ -135,9 +135,13 @@ func summary(rec *idem.Record, now time.Time) string {
 
 // timeline builds the entries of rec's story, oldest first.
 func timeline(rec *idem.Record, now time.Time) []Entry {
-	var out []Entry
+	var (
+		out   []Entry
+		order []time.Time // where each entry sorts: its time, unless it must follow another
+	)
 	add := func(at time.Time, event string, token uint64, format string, args ...any) {
 		out = append(out, Entry{Time: at, Event: event, Token: token, Detail: fmt.Sprintf(format, args...)})
+		order = append(order, at)
 	}
 	// note adds what was noted on an open claim, such as a restart
 	// orphaning it; the record does not say when.
@@ -220,6 +224,12 @@ func timeline(rec *idem.Record, now time.Time) []Entry {
 
 	if rec.Replays > 0 {
 		add(rec.LastReplay, "replayed", 0, "replayed %s; the last here", plural(rec.Replays, "time", "times"))
+		// A replay follows the outcome it replays. Its time may read
+		// earlier: a replay answered from memory is timed on a clock
+		// reading up to 100 ms old, and times print to the second.
+		if end := outcomeTime(rec); end.After(rec.LastReplay) {
+			order[len(order)-1] = end
+		}
 	}
 	if rec.Conflicts > 0 || rec.Mismatches > 0 {
 		var parts []string
@@ -242,8 +252,21 @@ func timeline(rec *idem.Record, now time.Time) []Entry {
 			add(rec.ExpiresAt, "expired", 0, "expired: a repeat runs the effect again; not reclaimed yet")
 		}
 	}
-	sortEntries(out)
+	sortEntries(out, order)
 	return out
+}
+
+// outcomeTime is when rec got the result that repeats replay: its
+// completion or recovery, or the latest end of a claim if the record does
+// not say.
+func outcomeTime(rec *idem.Record) time.Time {
+	end := rec.DoneAt
+	for _, a := range rec.Attempts {
+		if a.EndedAt.After(end) && a.Outcome != "released" {
+			end = a.EndedAt
+		}
+	}
+	return end
 }
 
 // openClaim adds what is known of the current claim in progress.
@@ -276,14 +299,15 @@ func saved(status int) string {
 	return fmt.Sprintf("status %d saved", status)
 }
 
-// sortEntries orders entries by time, stably; an entry without a time
-// keeps its place after the entry before it.
-func sortEntries(es []Entry) {
+// sortEntries orders entries by order, their times unless an entry must
+// follow another, stably; an entry without a time keeps its place after
+// the entry before it.
+func sortEntries(es []Entry, order []time.Time) {
 	at := make([]time.Time, len(es))
 	var last time.Time
-	for i, e := range es {
-		if !e.Time.IsZero() {
-			last = e.Time
+	for i := range es {
+		if !order[i].IsZero() {
+			last = order[i]
 		}
 		at[i] = last
 	}

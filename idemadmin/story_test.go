@@ -224,3 +224,44 @@ type failingLister struct{}
 func (failingLister) Scan(context.Context, func(*idem.Record) bool) error {
 	return fmt.Errorf("%w: disk on fire", idem.ErrUnavailable)
 }
+
+// TestTell_ReplayFollowsItsOutcome checks the order of a story whose
+// replay is timed a little before the completion it replays, as a replay
+// answered from memory is (its clock reading may be up to 100 ms old):
+// the replay still follows the completion. A rejection keeps its time.
+func TestTell_ReplayFollowsItsOutcome(t *testing.T) {
+	done := t0.Add(500 * time.Millisecond)
+	rec := &idem.Record{
+		Format: idem.RecordFormat, Scope: "shop-1", Key: "refund:order-7", State: idem.StateDone,
+		Fingerprint: "fp", Token: 3, Claims: 1, FirstSeen: t0, ClaimedAt: t0, DoneAt: done,
+		ExpiresAt: done.Add(24 * time.Hour),
+		Result:    &idem.Result{Status: 201, Body: []byte(`{}`)},
+		Attempts:  []idem.Attempt{{Token: 3, ClaimedAt: t0, EndedAt: done, Outcome: "completed", Status: 201}},
+		Replays:   2, LastReplay: done.Add(-50 * time.Millisecond),
+		Conflicts: 1, LastRejection: t0.Add(100 * time.Millisecond),
+	}
+	got := events(idemadmin.Tell(rec, t0.Add(time.Minute)))
+	want := []string{"first_seen", "claimed", "rejected", "completed", "replayed", "expires"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	// The entry keeps the time the record holds.
+	for _, e := range idemadmin.Tell(rec, t0.Add(time.Minute)).Timeline {
+		if e.Event == "replayed" && !e.Time.Equal(rec.LastReplay) {
+			t.Errorf("replayed at %v, want %v", e.Time, rec.LastReplay)
+		}
+	}
+}
+
+// TestStats_WriteText_DiskAddsUp checks that the disk line names what the
+// tables and the value log leave out of the total: idem.wal above all.
+func TestStats_WriteText_DiskAddsUp(t *testing.T) {
+	st := &idemadmin.Stats{Now: t0, Disk: &idemadmin.Disk{LSM: 8 << 10, VLog: 8 << 10, Total: 8<<20 + 16<<10}}
+	var b strings.Builder
+	if err := st.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "disk               8.0 MiB (tables 8.0 KiB, value log 8.0 KiB, idem.wal, memtables and manifest 8.0 MiB)"; !strings.Contains(b.String(), want) {
+		t.Fatalf("got\n%s\nwant a line %q", b.String(), want)
+	}
+}

@@ -102,8 +102,9 @@ type SweepResult struct {
 	Resolver bool `json:"resolver"`
 	// Counts count what the sweep did.
 	Counts SweepCounts `json:"counts"`
-	// Decisions lists each decision, when Sweep was given a Decisions
-	// observer; Omitted counts those beyond MaxDecisions.
+	// Decisions lists each decision (empty, [] in JSON, when there were
+	// none) when Sweep was given a Decisions observer, and is nil (null)
+	// without one; Omitted counts those beyond MaxDecisions.
 	Decisions []Decision `json:"decisions"`
 	Omitted   int        `json:"omitted,omitempty"`
 }
@@ -156,6 +157,9 @@ func Sweep(ctx context.Context, s *idem.Store, d *Decisions) (*SweepResult, erro
 	// A resolved claim gives two events, stale then its verdict: the
 	// verdict is the decision.
 	out.Decisions = dropAsked(out.Decisions)
+	if out.Decisions == nil {
+		out.Decisions = []Decision{}
+	}
 	// Batches come oldest lease first, and orphaned claims all share a
 	// zero lease: order by time, then scope and key, for stable reports.
 	sort.SliceStable(out.Decisions, func(i, j int) bool {

@@ -3,10 +3,17 @@
 // replays its response to every repeat, and a Transport for the agent side
 // that retries with the same key.
 //
-// A tool server needs one line:
+// A tool server needs one line, and one decision: whose key is it?
 //
 //	store, _ := idem.Open("/var/lib/tools/idem", nil)
-//	mux.Handle("POST /refunds", idemhttp.Middleware(store, nil)(refunds))
+//	keyed := idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.PrincipalScope})
+//	mux.Handle("POST /refunds", authenticate(keyed(refunds)))
+//
+// where authenticate is the server's own layer that verifies the caller
+// and records who it is with WithPrincipal. A handler that passes the key
+// downstream (a payment provider's idempotency field, a ledger's
+// reference) reads it with KeyFromContext, never from the header, which
+// may be quoted.
 //
 // An agent derives the key once, when it plans the effect, and sends it on
 // every attempt:
@@ -24,6 +31,7 @@
 //	missing Idempotency-Key                   400 missing-key
 //	malformed key, or the header twice        400 invalid-key
 //	Options.Scope failed                      400 invalid-scope (401 if ErrUnauthenticated)
+//	                                          (the error's text goes to Options.OnError only)
 //	body over Options.MaxBodyBytes            413 body-too-large
 //	body not fingerprintable (bad JSON ...)   400 invalid-body
 //	first request for (scope, key)            the handler runs; its response is recorded
@@ -36,12 +44,21 @@
 //
 // Refusals are application/problem+json (RFC 9457) with the stable type
 // URIs of the Problem* constants; their detail names the key, never the
-// body.
+// body, and never the text of an error of the server's side (a Scope
+// function's, the store's): Options.OnError receives those, to log them
+// with the server's logger or to redact them into the detail.
 //
 // The key is accepted bare (abc) or as a structured-field string ("abc");
-// both name the same key. Its record lives under the scope that
-// Options.Scope returns, so the same key from two principals is two
-// records and one can never replay the other's response. The fingerprint
+// both name the same key, which KeyFromContext gives the handler. Its
+// record lives under the scope that Options.Scope returns, so the same key
+// from two principals is two records and one can never replay the other's
+// response, nor learn from a 422 that the other used the key. There is no
+// default scope: PrincipalScope scopes by the verified subject of the
+// server's authentication layer (WithPrincipal), SharedScope puts every
+// caller in one scope for a single-tenant server, and any other function
+// will do if it names the same caller on every retry. A digest of the
+// credentials does not: bearer tokens rotate, and a retry sent after a
+// token refresh would land in a new scope and run the effect again. The fingerprint
 // is idem's canonical digest of the method, the route (Options.Route: the
 // path and sorted query by default) and the body: JSON bodies compare by
 // meaning, other bodies byte for byte.
@@ -77,7 +94,10 @@
 // until Transport.MaxAttempts or Transport.MaxElapsed; it re-sends the
 // body each time. It never retries an unsafe request without a key. When it
 // gives up it returns a *RetryError naming the key and the attempts, with
-// the last response's Problem.
+// the last response's Problem, and the requests that reached a connection:
+// Go's http.Transport itself re-sends a keyed request when a reused
+// keep-alive connection fails before any response, so a server may see
+// more requests than attempts.
 //
 // # Caveats
 //

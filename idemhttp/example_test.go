@@ -13,7 +13,8 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// A refund tool behind the middleware: the same key twice, one refund.
+// A refund tool behind the middleware of a single-tenant server: the same
+// key twice, one refund.
 func ExampleMiddleware() {
 	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
 	if err != nil {
@@ -28,7 +29,7 @@ func ExampleMiddleware() {
 		fmt.Fprintf(w, `{"refund":"re_%d"}`, refunds.Add(1))
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /refunds", idemhttp.Middleware(store, nil)(refund))
+	mux.Handle("POST /refunds", idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope})(refund))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -133,4 +134,78 @@ func ExampleStatusPolicy() {
 	// 409 save
 	// 429 release
 	// 503 release
+}
+
+// Keys scoped by the caller that the server's authentication layer
+// verified: two tenants sending the same key and body are two refunds, and
+// a tenant's retry after a token refresh still replays its own.
+func ExamplePrincipalScope() {
+	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	var refunds atomic.Int32
+	refund := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "re_%d", refunds.Add(1))
+	})
+	// The server's own authentication: tokens name subjects, and a
+	// refreshed token names the same one.
+	subjects := map[string]string{"tok-a1": "tenant-a", "tok-a2": "tenant-a", "tok-b": "tenant-b"}
+	authenticate := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			sub, ok := subjects[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+			if !ok {
+				http.Error(w, "unauthenticated", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(idemhttp.WithPrincipal(r.Context(), sub)))
+		})
+	}
+	keyed := idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.PrincipalScope})
+	srv := httptest.NewServer(authenticate(keyed(refund)))
+	defer srv.Close()
+
+	for _, token := range []string{"tok-a1", "tok-b", "tok-a2"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/refunds", strings.NewReader(`{"order":"o-1"}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(idemhttp.WithKey(req, "refund:o-1"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%s: %s replayed=%t\n", token, body, resp.Header.Get(idemhttp.HeaderReplayed) == "true")
+	}
+	// Output:
+	// tok-a1: re_1 replayed=false
+	// tok-b: re_2 replayed=false
+	// tok-a2: re_1 replayed=true
+}
+
+// A handler passes the key downstream as the store holds it: a client
+// that sends the structured-field form "refund:o-1" means refund:o-1.
+func ExampleKeyFromContext() {
+	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	refund := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, _ := idemhttp.KeyFromContext(r.Context())
+		fmt.Fprintf(w, "header %s, key %s", r.Header.Get(idemhttp.HeaderKey), key)
+	})
+	srv := httptest.NewServer(idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope})(refund))
+	defer srv.Close()
+
+	req, _ := http.NewRequest("POST", srv.URL+"/refunds", strings.NewReader(`{}`))
+	resp, err := http.DefaultClient.Do(idemhttp.WithKey(req, `"refund:o-1"`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(string(body))
+	// Output: header "refund:o-1", key refund:o-1
 }

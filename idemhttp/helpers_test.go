@@ -18,6 +18,9 @@ import (
 	"github.com/idemkit/idem/idemtest"
 )
 
+// shared configures the middleware for a single-tenant test server.
+func shared() *idemhttp.Options { return &idemhttp.Options{Scope: idemhttp.SharedScope} }
+
 // newStore opens an in-memory store without a background sweep and closes
 // it when the test ends.
 func newStore(t testing.TB, o *idem.Options) *idem.Store {

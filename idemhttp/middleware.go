@@ -45,8 +45,28 @@ type Options struct {
 	// tool. The same key in two scopes is two records, so a key sent by one
 	// principal never replays another's response. An error answers 401 if
 	// it wraps ErrUnauthenticated and 400 otherwise, and the handler does
-	// not run. Default: the empty scope (one tenant).
+	// not run; the error's text is not sent (see OnError).
+	//
+	// Required: Middleware panics without it. PrincipalScope scopes by the
+	// verified subject the server's authentication layer put in the
+	// context; SharedScope says that the server has one tenant and every
+	// caller may replay every other's response. Never scope by a digest of
+	// the credentials: a bearer token rotates, and a retry sent after a
+	// token refresh would land in a new scope and run the effect again.
 	Scope func(*http.Request) (string, error)
+
+	// OnError, if set, is called with the error behind a refusal that the
+	// server, not the client, caused: Options.Scope failed or returned a
+	// malformed scope, the request body could not be read, or the store
+	// could not be read or written (503). The problem about to be sent
+	// comes with it. Its Detail is generic: error texts from an
+	// authentication layer or a storage engine may carry tokens, tenant
+	// names, paths or queries, so they never reach the client by default.
+	// OnError is where the server logs err with its own logger, and it
+	// may redact: a Detail it sets is sent instead (the problem's other
+	// fields are kept). It runs on the request's goroutine and must not
+	// write to the response. Default none.
+	OnError func(r *http.Request, err error, p *Problem)
 
 	// Route names what a request targets, for its fingerprint: a key sent
 	// again to another route is a mismatch (422). Default: the URL path
@@ -125,13 +145,15 @@ type middleware struct {
 	unknown     int
 	retention   time.Duration
 	clock       idem.Clock
+	onError     func(*http.Request, error, *Problem)
 }
 
 // Middleware returns net/http middleware that runs each keyed request's
 // handler once per (scope, key) and replays its response to every repeat.
-// It panics if store is nil or opts is malformed (a negative size or
-// duration, an empty method, an UnknownStatus outside 400 to 599); it never
-// panics per request.
+// It panics if store is nil, opts or its Scope is nil (choose
+// PrincipalScope, SharedScope or a function of your own), or opts is
+// malformed (a negative size or duration, an empty method, an
+// UnknownStatus outside 400 to 599); it never panics per request.
 //
 // The store's options are in force: its Policy decides whether a response
 // is saved, released (5xx and panics by default) or held, its Clock times
@@ -149,10 +171,12 @@ func newMiddleware(store *idem.Store, opts *Options) *middleware {
 	if store == nil {
 		panic("idemhttp: Middleware needs a store")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
+	if opts == nil || opts.Scope == nil {
+		panic("idemhttp: Middleware needs Options.Scope: idemhttp.PrincipalScope to scope keys by the " +
+			"authenticated caller, or idemhttp.SharedScope for a single-tenant server whose callers may " +
+			"replay each other's responses")
 	}
+	o := *opts
 	switch {
 	case o.MaxBodyBytes < 0:
 		panic("idemhttp: negative MaxBodyBytes")
@@ -173,7 +197,7 @@ func newMiddleware(store *idem.Store, opts *Options) *middleware {
 		store: store, skip: o.Skip, scope: o.Scope, route: o.Route,
 		maxBody: o.MaxBodyBytes, maxResponse: o.MaxResponseBytes, wait: o.Wait,
 		retryAfter: o.RetryAfter, unknown: o.UnknownStatus, retention: o.Retention,
-		clock: store.Options().Clock,
+		clock: store.Options().Clock, onError: o.OnError,
 	}
 	methods := o.Methods
 	if len(methods) == 0 {
@@ -185,9 +209,6 @@ func newMiddleware(store *idem.Store, opts *Options) *middleware {
 			panic("idemhttp: empty method in Methods")
 		}
 		m.methods[strings.ToUpper(meth)] = true
-	}
-	if m.scope == nil {
-		m.scope = func(*http.Request) (string, error) { return "", nil }
 	}
 	if m.route == nil {
 		m.route = defaultRoute
@@ -250,12 +271,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		err = idem.ValidateScope(scope)
 	}
 	if err != nil {
-		status := http.StatusBadRequest
+		p := Problem{Type: ProblemInvalidScope, Title: "Idempotency scope not determined", Status: http.StatusBadRequest,
+			Key: key, Detail: fmt.Sprintf("key %q: the server could not determine whose key it is", key)}
 		if errors.Is(err, ErrUnauthenticated) {
-			status = http.StatusUnauthorized
+			p.Status = http.StatusUnauthorized
+			p.Detail = fmt.Sprintf("key %q: the request is not authenticated, and a key belongs to its caller", key)
 		}
-		writeProblem(w, Problem{Type: ProblemInvalidScope, Title: "Idempotency scope not determined", Status: status,
-			Key: key, Detail: fmt.Sprintf("key %q: %v", key, err)}, 0)
+		m.fail(w, r, err, p, 0)
 		return
 	}
 
@@ -299,8 +321,8 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request, key string
 			m.tooLarge(w, key)
 			return nil, false
 		}
-		writeProblem(w, Problem{Type: ProblemInvalidBody, Title: "Request body not accepted", Status: http.StatusBadRequest,
-			Key: key, Detail: fmt.Sprintf("key %q: the request body could not be read: %v", key, err)}, 0)
+		m.fail(w, r, err, Problem{Type: ProblemInvalidBody, Title: "Request body not accepted", Status: http.StatusBadRequest,
+			Key: key, Detail: fmt.Sprintf("key %q: the request body could not be read", key)}, 0)
 		return nil, false
 	}
 	return body, true
@@ -372,7 +394,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 				continue
 			}
 		}
-		m.refuse(w, req.Key, err)
+		m.refuse(w, r, req.Key, err)
 		return
 	}
 }
@@ -420,7 +442,7 @@ func dropped(header string) bool {
 }
 
 // refuse answers a request that must not run now.
-func (m *middleware) refuse(w http.ResponseWriter, key string, err error) {
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, key string, err error) {
 	var (
 		inProgress *idem.InProgressError
 		mismatch   *idem.MismatchError
@@ -450,14 +472,27 @@ func (m *middleware) refuse(w http.ResponseWriter, key string, err error) {
 		writeProblem(w, Problem{Type: ProblemOutcomeUnknown, Title: "Outcome of an earlier attempt unknown",
 			Status: m.unknown, Key: key, Detail: detail}, ra)
 	case errors.Is(err, idem.ErrInvalidKey):
-		writeProblem(w, Problem{Type: ProblemInvalidKey, Title: "Idempotency-Key invalid", Status: http.StatusBadRequest,
-			Key: key, Detail: strings.TrimPrefix(err.Error(), "idem: ")}, 0)
+		// The middleware checked the key and the scope before: the store's
+		// rule may name the scope, which the client did not send.
+		m.fail(w, r, err, Problem{Type: ProblemInvalidKey, Title: "Idempotency-Key invalid", Status: http.StatusBadRequest,
+			Key: key, Detail: fmt.Sprintf("key %q or its scope was refused by the store", key)}, 0)
 	default:
 		// ErrUnavailable, ErrClosed, ErrCorrupt, a cancelled request: the
 		// handler did not run, and the key is as it was.
-		writeProblem(w, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable",
+		m.fail(w, r, err, Problem{Type: ProblemUnavailable, Title: "Idempotency store unavailable",
 			Status: http.StatusServiceUnavailable, Key: key,
 			Detail: fmt.Sprintf("the request with key %q was not run: its idempotency record could not be read or "+
 				"written; retry with the same key", key)}, unavailableRetryAfter)
 	}
+}
+
+// fail answers with p, a refusal the server caused with err. err's text is
+// not in p: OnError may log it and choose a redacted Detail.
+func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error, p Problem, retryAfter time.Duration) {
+	if m.onError != nil {
+		q := p
+		m.onError(r, err, &q)
+		p.Detail = q.Detail
+	}
+	writeProblem(w, p, retryAfter)
 }

@@ -20,7 +20,7 @@ import (
 func TestMiddleware_FirstRequestRuns(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 
 	r := send(t, "POST", srv.URL+"/refunds", "k1", `{"order":"o-1","amount":"12.50"}`)
 	if r.status != http.StatusCreated || r.body != `{"refund":"r1"}` {
@@ -44,7 +44,7 @@ func TestMiddleware_FirstRequestRuns(t *testing.T) {
 func TestMiddleware_Replay(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 
 	first := send(t, "POST", srv.URL+"/refunds", "k1", `{"amount":1}`)
 	for range 3 {
@@ -70,7 +70,7 @@ func TestMiddleware_Replay(t *testing.T) {
 func TestMiddleware_QuotedKeyIsTheSameKey(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 
 	send(t, "POST", srv.URL+"/x", `"abc"`, `{}`)
 	r := send(t, "POST", srv.URL+"/x", `abc`, `{}`)
@@ -83,7 +83,7 @@ func TestMiddleware_InProgress(t *testing.T) {
 	store := newStore(t, nil)
 	started, release := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		close(started)
 		<-release
@@ -123,7 +123,7 @@ func TestMiddleware_Wait_ReplaysFirstAttempt(t *testing.T) {
 	})})
 	started, release := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Wait: time.Minute})(http.HandlerFunc(
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, Wait: time.Minute})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			n := runs.Add(1)
 			close(started)
@@ -152,7 +152,7 @@ func TestMiddleware_Wait_GivesUpWith409(t *testing.T) {
 	clock := newClock()
 	store := newStore(t, &idem.Options{Clock: clock})
 	started, release := make(chan struct{}), make(chan struct{})
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Wait: 5 * time.Second})(http.HandlerFunc(
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, Wait: 5 * time.Second})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			close(started)
 			<-release
@@ -192,7 +192,7 @@ func TestMiddleware_Wait_GivesUpWith409(t *testing.T) {
 func TestMiddleware_Mismatch(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 
 	send(t, "POST", srv.URL+"/refunds?order=1&x=2", "k", `{"amount":"10.00"}`)
 	for _, tc := range []struct{ name, method, path, body string }{
@@ -225,7 +225,7 @@ func TestMiddleware_Mismatch(t *testing.T) {
 func TestMiddleware_MissingOrInvalidKey(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 
 	r := send(t, "POST", srv.URL+"/x", "", `{}`)
 	if p := r.problem(t); r.status != http.StatusBadRequest || p.Type != idemhttp.ProblemMissingKey {
@@ -265,7 +265,7 @@ func TestMiddleware_MissingOrInvalidKey(t *testing.T) {
 func TestMiddleware_PassThrough(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	mw := idemhttp.Middleware(store, &idemhttp.Options{
+	mw := idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope,
 		Skip: func(r *http.Request) bool { return r.URL.Path == "/search" },
 	})
 	srv := newServer(t, mw(h))
@@ -289,7 +289,7 @@ func TestMiddleware_PassThrough(t *testing.T) {
 func TestMiddleware_Methods(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Methods: []string{"put", "DELETE"}})(h))
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, Methods: []string{"put", "DELETE"}})(h))
 
 	if r := send(t, "PUT", srv.URL+"/x", "", `{}`); r.status != http.StatusBadRequest {
 		t.Fatalf("PUT without key: %d", r.status)
@@ -325,7 +325,7 @@ func TestMiddleware_Unavailable(t *testing.T) {
 	for name, store := range map[string]*idem.Store{"failing backend": failing, "closed store": closed} {
 		t.Run(name, func(t *testing.T) {
 			h := &counter{}
-			srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+			srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 			r := send(t, "POST", srv.URL+"/x", "k", `{}`)
 			p := r.problem(t)
 			if r.status != http.StatusServiceUnavailable || p.Type != idemhttp.ProblemUnavailable || p.Key != "k" {
@@ -376,7 +376,7 @@ func TestMiddleware_OutcomeUnknown(t *testing.T) {
 			store := newStore(t, &idem.Options{Clock: newClock(), Policy: holdOn504, Resolver: tc.resolver,
 				RecheckBackoff: 2 * time.Second})
 			var runs atomic.Int32
-			srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if n := runs.Add(1); n == 1 {
 					w.WriteHeader(http.StatusGatewayTimeout)
 				} else {
@@ -405,7 +405,7 @@ func TestMiddleware_OutcomeUnknown(t *testing.T) {
 
 func TestMiddleware_UnknownStatus(t *testing.T) {
 	store := newStore(t, &idem.Options{Policy: holdOn504})
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{UnknownStatus: http.StatusConflict})(
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, UnknownStatus: http.StatusConflict})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGatewayTimeout) })))
 	send(t, "POST", srv.URL+"/x", "k", `{}`)
 	r := send(t, "POST", srv.URL+"/x", "k", `{}`)
@@ -445,7 +445,7 @@ func TestMiddleware_CrashRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv1 := newServer(t, idemhttp.Middleware(s1, nil)(handler))
+	srv1 := newServer(t, idemhttp.Middleware(s1, shared())(handler))
 	go func() {
 		// The response may or may not reach the client; the crash is what counts.
 		req, _ := http.NewRequest("POST", srv1.URL+"/refunds", strings.NewReader(`{}`))
@@ -467,7 +467,7 @@ func TestMiddleware_CrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s2.Close() })
-	srv2 := newServer(t, idemhttp.Middleware(s2, nil)(handler))
+	srv2 := newServer(t, idemhttp.Middleware(s2, shared())(handler))
 	r := send(t, "POST", srv2.URL+"/refunds", "k", `{}`)
 	if r.status != http.StatusCreated || r.body != "refund-1" || r.header.Get(idemhttp.HeaderReplayed) != "true" {
 		t.Fatalf("after restart: %d %q %v", r.status, r.body, r.header)
@@ -523,7 +523,7 @@ func TestMiddleware_ScopeIsolation(t *testing.T) {
 func TestMiddleware_BodyLimit(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{MaxBodyBytes: 16})(h))
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, MaxBodyBytes: 16})(h))
 
 	r := send(t, "POST", srv.URL+"/x", "k", strings.Repeat("x", 17))
 	if p := r.problem(t); r.status != http.StatusRequestEntityTooLarge || p.Type != idemhttp.ProblemBodyTooLarge {
@@ -552,7 +552,7 @@ func TestMiddleware_BodyLimit(t *testing.T) {
 
 func TestMiddleware_SavedHeaders(t *testing.T) {
 	store := newStore(t, nil)
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope,
 		SavedHeaders: []string{"x-custom", "Set-Cookie", "content-length"},
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Custom", "kept")
@@ -582,7 +582,7 @@ func TestMiddleware_Flusher(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			store := newStore(t, nil)
 			proceed := make(chan struct{})
-			srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/plain")
 				_, _ = io.WriteString(w, "first\n")
 				if name == "Flusher" {
@@ -627,7 +627,7 @@ func TestMiddleware_Panic(t *testing.T) {
 		t.Run(fmt.Sprint(value), func(t *testing.T) {
 			store := newStore(t, nil)
 			var runs atomic.Int32
-			mw := idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mw := idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if runs.Add(1) == 1 {
 					panic(value)
 				}
@@ -667,7 +667,7 @@ func TestMiddleware_Panic(t *testing.T) {
 func TestMiddleware_ServerErrorReleased(t *testing.T) {
 	store := newStore(t, nil)
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			http.Error(w, "downstream failed", http.StatusBadGateway)
 			return
@@ -688,7 +688,7 @@ func TestMiddleware_ServerErrorReleased(t *testing.T) {
 func TestMiddleware_StatusPolicy(t *testing.T) {
 	store := newStore(t, &idem.Options{Policy: idemhttp.StatusPolicy})
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
@@ -708,7 +708,7 @@ func TestMiddleware_NoWriteHeader(t *testing.T) {
 	mux.HandleFunc("POST /sniffed", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "<html><body>done</body></html>")
 	})
-	srv := newServer(t, idemhttp.Middleware(store, nil)(mux))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(mux))
 
 	for _, path := range []string{"/silent", "/sniffed"} {
 		first := send(t, "POST", srv.URL+path, path, `{}`)
@@ -728,7 +728,7 @@ func TestMiddleware_NoWriteHeader(t *testing.T) {
 func TestMiddleware_ResponseTooLargeToKeep(t *testing.T) {
 	store := newStore(t, nil)
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{MaxResponseBytes: 8})(http.HandlerFunc(
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, MaxResponseBytes: 8})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			w.WriteHeader(http.StatusAccepted)
@@ -759,7 +759,7 @@ func TestMiddleware_ConcurrentDuplicates(t *testing.T) {
 		store := newStore(t, nil)
 		release := make(chan struct{})
 		var runs atomic.Int32
-		srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			<-release
 			w.WriteHeader(http.StatusCreated)
@@ -782,7 +782,7 @@ func TestMiddleware_ConcurrentDuplicates(t *testing.T) {
 	t.Run("wait", func(t *testing.T) {
 		store := newStore(t, nil)
 		var runs atomic.Int32
-		srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Wait: time.Minute})(http.HandlerFunc(
+		srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, Wait: time.Minute})(http.HandlerFunc(
 			func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(http.StatusCreated)
 				fmt.Fprintf(w, "run %d", runs.Add(1))
@@ -811,12 +811,14 @@ func TestMiddleware_BadConfigurationPanics(t *testing.T) {
 		store *idem.Store
 		opts  *idemhttp.Options
 	}{
-		"nil store":          {nil, nil},
-		"negative body":      {store, &idemhttp.Options{MaxBodyBytes: -1}},
-		"negative response":  {store, &idemhttp.Options{MaxResponseBytes: -1}},
-		"negative wait":      {store, &idemhttp.Options{Wait: -time.Second}},
-		"unknown status 200": {store, &idemhttp.Options{UnknownStatus: 200}},
-		"empty method":       {store, &idemhttp.Options{Methods: []string{""}}},
+		"nil store":          {nil, shared()},
+		"nil options":        {store, nil},
+		"no scope":           {store, &idemhttp.Options{MaxBodyBytes: 1 << 10}},
+		"negative body":      {store, &idemhttp.Options{Scope: idemhttp.SharedScope, MaxBodyBytes: -1}},
+		"negative response":  {store, &idemhttp.Options{Scope: idemhttp.SharedScope, MaxResponseBytes: -1}},
+		"negative wait":      {store, &idemhttp.Options{Scope: idemhttp.SharedScope, Wait: -time.Second}},
+		"unknown status 200": {store, &idemhttp.Options{Scope: idemhttp.SharedScope, UnknownStatus: 200}},
+		"empty method":       {store, &idemhttp.Options{Scope: idemhttp.SharedScope, Methods: []string{""}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -837,7 +839,7 @@ func TestMiddleware_LeaseExtended(t *testing.T) {
 	store := newStore(t, &idem.Options{Clock: clock, Lease: 3 * time.Second})
 	started, release := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		close(started)
 		<-release
@@ -865,7 +867,7 @@ func TestMiddleware_LeaseExtended(t *testing.T) {
 func TestMiddleware_CanonicalJSON(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, nil)(h))
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
 
 	send(t, "POST", srv.URL+"/refunds", "k", `{"order":"o-1","amount":"12.50","meta":{"a":1,"b":[1,2]}}`)
 	// The same request in other words: members reordered, whitespace, escapes.
@@ -884,7 +886,7 @@ func TestMiddleware_CanonicalJSON(t *testing.T) {
 func TestMiddleware_InvalidBody(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
-	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{MaxJSONDepth: 3})(h))
+	srv := newServer(t, idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.SharedScope, MaxJSONDepth: 3})(h))
 
 	for name, body := range map[string]string{
 		"duplicate member": `{"secret_member":"1.00","secret_member":"9.00"}`,

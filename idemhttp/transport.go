@@ -10,8 +10,10 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -49,7 +51,11 @@ type Transport struct {
 	Base http.RoundTripper
 
 	// MaxAttempts bounds the attempts of one request, the first included.
-	// Default 5; 1 turns retries off.
+	// Default 5; 1 turns retries off. An attempt is one call to Base: Go's
+	// http.Transport may itself send a keyed request again on a new
+	// connection when a reused one fails before any response, so more
+	// requests than attempts can reach the server (RetryError.Sent
+	// counts them).
 	MaxAttempts int
 
 	// MaxElapsed bounds the time from the first attempt: no wait or retry
@@ -166,6 +172,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	clock := t.clock()
 	deadline := clock.Now().Add(maxElapsed)
 	giveUp := &RetryError{Method: req.Method, URL: req.URL.Redacted(), Key: key}
+	// Count the requests that reach a connection, the base transport's own
+	// re-sends included; the hooks already in the context still run.
+	var sent atomic.Int32
+	traced := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				sent.Add(1)
+			}
+		},
+	})
+	stop := func(reason string) (*http.Response, error) {
+		giveUp.Reason, giveUp.Sent = reason, int(sent.Load())
+		return nil, giveUp
+	}
 
 	// Every attempt sends the same body: from GetBody when the request has
 	// one (http.NewRequest sets it for in-memory bodies), else buffered.
@@ -174,8 +194,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		b, err := io.ReadAll(first)
 		_ = first.Close()
 		if err != nil {
-			giveUp.Err, giveUp.Reason = err, "fatal"
-			return nil, giveUp
+			giveUp.Err = err
+			return stop("fatal")
 		}
 		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 		first, _ = getBody()
@@ -187,15 +207,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if attempt > 1 && getBody != nil {
 			var err error
 			if body, err = getBody(); err != nil {
-				giveUp.Err, giveUp.Reason = err, "fatal"
-				return nil, giveUp
+				giveUp.Err = err
+				return stop("fatal")
 			}
 		}
 		limit := deadline.Sub(clock.Now())
 		if t.AttemptTimeout > 0 {
 			limit = min(limit, t.AttemptTimeout)
 		}
-		ctx, cancel := context.WithTimeout(req.Context(), max(limit, 0))
+		ctx, cancel := context.WithTimeout(traced, max(limit, 0))
 		r := req.Clone(ctx)
 		r.Body = body
 		resp, err := t.base().RoundTrip(r)
@@ -207,11 +227,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			giveUp.Err, giveUp.Status, giveUp.Problem = err, 0, nil
 			switch {
 			case req.Context().Err() != nil:
-				giveUp.Reason = "canceled"
-				return nil, giveUp
+				return stop("canceled")
 			case !retryableError(err):
-				giveUp.Reason = "fatal"
-				return nil, giveUp
+				return stop("fatal")
 			}
 		} else {
 			if !t.retryStatus(resp.StatusCode) {
@@ -227,28 +245,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !waitSet && giveUp.Problem != nil && giveUp.Problem.Type == ProblemOutcomeUnknown {
 				// The server says an earlier attempt's outcome needs an
 				// operator: no retry can change that.
-				giveUp.Reason = "fatal"
-				return nil, giveUp
+				return stop("fatal")
 			}
 		}
 		if attempt >= maxAttempts {
-			giveUp.Reason = "attempts"
-			return nil, giveUp
+			return stop("attempts")
 		}
 		if !waitSet {
 			wait = t.backoff(attempt)
 		}
 		if !clock.Now().Add(wait).Before(deadline) {
-			giveUp.Reason = "deadline"
-			return nil, giveUp
+			return stop("deadline")
 		}
 		select {
 		case <-req.Context().Done():
-			giveUp.Reason = "canceled"
 			if giveUp.Err == nil {
 				giveUp.Err = req.Context().Err()
 			}
-			return nil, giveUp
+			return stop("canceled")
 		case <-clock.After(wait):
 		}
 	}

@@ -83,7 +83,7 @@ func TestTransport_ResponseDroppedAfterActing(t *testing.T) {
 	store := newStore(t, nil)
 	h := &counter{}
 	var seen hits
-	mw := idemhttp.Middleware(store, nil)(h)
+	mw := idemhttp.Middleware(store, shared())(h)
 	srv := newServer(t, seen.wrap(func(n int32, w http.ResponseWriter, r *http.Request) {
 		if n <= 2 {
 			mw.ServeHTTP(httptest.NewRecorder(), r) // the refund happens...
@@ -138,7 +138,7 @@ func TestTransport_InProgressThenReplay(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	var runs atomic.Int32
-	srv := newServer(t, idemhttp.Middleware(store, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			close(started)
 			<-release
@@ -211,6 +211,13 @@ func TestTransport_GivesUpAfterMaxAttempts(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, `"refund:o-9"`) || !strings.Contains(msg, "3 attempts") {
 		t.Fatalf("message %q does not name the key and attempts", msg)
+	}
+	// http.Client's *url.Error names the method and URL: once is enough.
+	if msg := err.Error(); strings.Count(msg, srv.URL) != 1 || strings.Count(msg, "POST")+strings.Count(msg, "Post") != 1 {
+		t.Fatalf("message %q repeats the method or URL", msg)
+	}
+	if re.Sent != 3 {
+		t.Fatalf("%d requests sent, want 3", re.Sent)
 	}
 	if seen.n.Load() != 3 || len(clock.Waits()) != 2 {
 		t.Fatalf("%d attempts, waits %v", seen.n.Load(), clock.Waits())
@@ -394,5 +401,59 @@ func TestWithKey(t *testing.T) {
 	keyed := idemhttp.WithKey(req, "k-1")
 	if keyed.Header.Get(idemhttp.HeaderKey) != "k-1" || req.Header.Get(idemhttp.HeaderKey) != "" {
 		t.Fatalf("WithKey changed the original or did not set the key")
+	}
+}
+
+// TestTransport_CountsResendsOfNetHTTP checks that RetryError counts the
+// requests that reached the server, not only Transport's attempts: Go's
+// http.Transport sends a request carrying Idempotency-Key again, on a new
+// connection, when the reused keep-alive connection it chose closes
+// without a response.
+func TestTransport_CountsResendsOfNetHTTP(t *testing.T) {
+	var (
+		mu    sync.Mutex // guards conns
+		conns = map[string]int{}
+		posts atomic.Int32
+	)
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		conns[r.RemoteAddr]++
+		reused := conns[r.RemoteAddr] > 1
+		mu.Unlock()
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusNoContent) // warms a keep-alive connection up
+			return
+		}
+		posts.Add(1)
+		if reused {
+			drop(w) // the server read it, then the connection died
+			return
+		}
+		problem503(w, idemhttp.ProblemUnavailable, "")
+	}))
+	keepAlive := &http.Transport{MaxIdleConnsPerHost: 1}
+	t.Cleanup(keepAlive.CloseIdleConnections)
+	req, err := http.NewRequest("GET", srv.URL+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := keepAlive.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, warm.Body)
+	_ = warm.Body.Close()
+
+	client := idemhttp.NewClient(&idemhttp.Transport{Base: keepAlive, Clock: newAutoClock(), MaxAttempts: 1})
+	_, _, err = post(t, client, srv.URL+"/refunds", "refund:o-3", `{"amount":"3.00"}`)
+	var re *idemhttp.RetryError
+	if !errors.As(err, &re) || re.Status != http.StatusServiceUnavailable {
+		t.Fatalf("%v", err)
+	}
+	if posts.Load() != 2 || re.Attempts != 1 || re.Sent != 2 {
+		t.Fatalf("the server got %d requests; RetryError says %d attempts, %d sent", posts.Load(), re.Attempts, re.Sent)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "1 attempt (2 requests sent)") {
+		t.Fatalf("message %q does not say how many requests were sent", msg)
 	}
 }

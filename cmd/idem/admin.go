@@ -31,20 +31,14 @@ type adminFlags struct {
 	now  string // hidden: a fixed "now", for tests and reproducible output
 }
 
-// newAdminFlags returns a flag set for subcommand name; synopsis and
-// about are printed by -h above the flags.
+// newAdminFlags returns a flag set for subcommand name, with the flags
+// every operator command takes; synopsis and about are printed by -h above
+// the flags.
 func newAdminFlags(name, synopsis, about string, stderr io.Writer) *adminFlags {
-	return newAdminFlagSet(name, synopsis, about, true, stderr)
-}
-
-// newAdminFlagSet is newAdminFlags, with a -json flag only if withJSON.
-func newAdminFlagSet(name, synopsis, about string, withJSON bool, stderr io.Writer) *adminFlags {
 	a := &adminFlags{fs: flag.NewFlagSet("idem "+name, flag.ContinueOnError)}
 	a.fs.SetOutput(stderr)
 	a.fs.StringVar(&a.dir, "dir", "", "the store `directory` (required)")
-	if withJSON {
-		a.fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
-	}
+	a.fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
 	a.fs.StringVar(&a.now, "now", "", "judge records as of this RFC 3339 time instead of the clock (hidden)")
 	a.fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: idem %s %s\n\n%s\n\n", name, synopsis, strings.TrimSpace(about))
@@ -69,11 +63,15 @@ func newAdminFlagSet(name, synopsis, about string, withJSON bool, stderr io.Writ
 
 // parse parses args, flags and positional arguments in any order, and
 // returns the positional ones. It prints why and returns errUsage on bad
-// usage, including a missing -dir.
+// usage, including a missing -dir, and flag.ErrHelp after printing the
+// usage that -h asked for.
 func (a *adminFlags) parse(args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := a.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
 			return nil, errUsage // the flag package printed why
 		}
 		if a.fs.NArg() == 0 {

@@ -204,12 +204,15 @@ server start would; they are reported as stale.`, stderr)
 }
 
 func exportCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlagSet("export", "-dir DIR [-no-bodies]", `
+	a := newAdminFlags("export", "-dir DIR [-no-bodies] [-json]", `
 Writes every record to stdout as JSON lines, one record a line, for audits:
 its state, fingerprint, token, times, every claim kept with its outcome, the
 replay and rejection counts, and the saved result with its body in base64.
 
-`+readOnlyNote, false, stderr)
+`+readOnlyNote, stderr)
+	// JSON lines are export's only format: -json, which every operator
+	// command takes, changes nothing.
+	a.fs.Lookup("json").Usage = "JSON lines, the only format export writes (taken like the other commands' -json)"
 	noBodies := a.fs.Bool("no-bodies", false, "leave saved bodies out (their length stays)")
 	pos, err := a.parse(args)
 	if err != nil {

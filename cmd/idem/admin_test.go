@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemadmin"
+	"github.com/idemkit/idem/idemtest"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the testdata/*.golden files of the operator subcommands")
@@ -249,6 +251,10 @@ func TestAdminCommands(t *testing.T) {
 		if !found {
 			t.Error("refund:order-1004 not exported")
 		}
+		// -json, which the other commands take, is export's only format.
+		if js := mustRun(t, "export", "-dir", dir, "-json"); js != out {
+			t.Errorf("export -json differs from export:\n%s", js)
+		}
 		out = mustRun(t, "export", "-dir", dir, "-no-bodies")
 		if strings.Contains(out, `"body":`) || !strings.Contains(out, `"body_bytes":37`) {
 			t.Errorf("-no-bodies:\n%s", out)
@@ -296,4 +302,65 @@ func TestScanCounter(t *testing.T) {
 		t.Error("a counter drawn to a buffer, not a terminal")
 	}
 	nilCounter.finish()
+}
+
+// TestRun_Help checks that -h, -help and --help print each command's
+// usage to stderr and exit 0, as "idem help" does.
+func TestRun_Help(t *testing.T) {
+	for _, c := range commands() {
+		for _, flag := range []string{"-h", "-help", "--help"} {
+			code, stdout, stderr := runIdem(t, c.name, flag)
+			if code != 0 || stdout != "" || !strings.HasPrefix(stderr, "usage: idem "+c.name) {
+				t.Errorf("idem %s %s: exit %d, stdout %q, stderr %.80q", c.name, flag, code, stdout, stderr)
+			}
+		}
+	}
+}
+
+// TestSweep_NothingToDecide checks sweep -json on a store with nothing to
+// sweep: its decisions are [], not null.
+func TestSweep_NothingToDecide(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := idem.Open(dir, &idem.Options{SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, "sweep", "-dir", dir, "-now", scriptNow.Format(time.RFC3339), "-json")
+	golden(t, "sweep_nothing_json", out)
+	contains(t, "sweep -json", out, `"decisions": []`)
+}
+
+// TestInspect_ReplayAfterCompletion checks the order of a story whose
+// replay was timed 50 ms before the completion it replays, within one
+// second, as a replay answered from memory can be: replayed comes after
+// completed.
+func TestInspect_ReplayAfterCompletion(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "store")
+	doneAt := scriptT0.Add(500 * time.Millisecond)
+	s, err := idem.Open(dir, &idem.Options{Clock: idemtest.NewClock(doneAt), SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := idem.Request{Scope: "shop-1", Key: "refund:order-3001", Fingerprint: "idemfp1-sha256:3001"}
+	if _, _, err := s.Do(ctx, req, scriptOK(201, `{"refund":"re_3001"}`)); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Backend().(idem.Tallier).AddTallies(ctx, []idem.Tally{{Scope: req.Scope, Key: req.Key,
+		Replays: 1, LastReplay: doneAt.Add(-50 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := normalizeOwners(t, dir, mustRun(t, "inspect", "-dir", dir, "-scope", "shop-1",
+		"-now", scriptNow.Format(time.RFC3339), "refund:order-3001"))
+	golden(t, "inspect_replay_same_second", out)
+	if c, r := strings.Index(out, "completed"), strings.Index(out, "replayed "); c < 0 || r < c {
+		t.Errorf("replayed listed before completed:\n%s", out)
+	}
 }

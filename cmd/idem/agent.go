@@ -139,9 +139,14 @@ type agent struct {
 	ledger   *ledger
 	stats    *runStats
 	progress func()
+	// token is the agent's bearer token; login issues a new one, which
+	// the agent does when its loop restarts.
+	token string
+	login func() string
 }
 
 func (a *agent) run(ctx context.Context) {
+	a.token = a.login()
 	done := make([]bool, len(a.plan))
 	issued := make([]int, len(a.plan)) // times each step was sent
 	i := 0
@@ -165,7 +170,7 @@ func (a *agent) run(ctx context.Context) {
 			i++
 			if i < len(a.plan) && a.rng.Float64() < pRestart {
 				i = 0 // the loop is restarted: it replays its plan from the top
-				a.stats.restarts.Add(1)
+				a.restart()
 			}
 		case err == nil && status == http.StatusUnprocessableEntity:
 			// The server refused the changed amount: the agent goes back to
@@ -175,13 +180,20 @@ func (a *agent) run(ctx context.Context) {
 			time.Sleep(time.Duration(a.rng.Int64N(int64(thinkTime))))
 			if a.rng.Float64() < pRetryRe {
 				i = 0
-				a.stats.restarts.Add(1)
+				a.restart()
 			}
 		}
 	}
 	if i < len(a.plan) {
 		a.stats.gaveUp.Add(1)
 	}
+}
+
+// restart counts a restart of the agent's loop, which starts with a fresh
+// token: the keys it sends again are its own whatever token carries them.
+func (a *agent) restart() {
+	a.stats.restarts.Add(1)
+	a.token = a.login()
 }
 
 // call makes one refund tool call: the key, when used, is derived from the
@@ -196,7 +208,7 @@ func (a *agent) call(ctx context.Context, i int, order string, amount int) (int,
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(agentHeader, a.name)
+	req.Header.Set("Authorization", "Bearer "+a.token)
 	if a.withKeys {
 		req = idemhttp.WithKey(req, idem.StepKey(a.runID, i, "refund"))
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -49,6 +51,16 @@ func TestRunDemo(t *testing.T) {
 	if !strings.Contains(bar.String(), "\r") || !strings.Contains(bar.String(), "refunds") {
 		t.Fatalf("no progress drawn: %q", bar.String())
 	}
+	// The bar ends full, then is cleared.
+	full := fmt.Sprintf("%d/%d refunds\r\033[K", 2*intended, 2*intended)
+	if !strings.HasSuffix(bar.String(), full) {
+		t.Fatalf("the bar does not end at its total: %q", bar.String()[max(0, bar.Len()-120):])
+	}
+	// A refused changed amount is a changed amount: each refusal answered
+	// one tool call that sent a changed amount.
+	if w.Refused > w.Drifts {
+		t.Fatalf("with idem: %d calls refused with 422, but the model changed only %d amounts", w.Refused, w.Drifts)
+	}
 
 	// Every intended refund's key is done in the store, with the refund's
 	// answer saved.
@@ -88,7 +100,7 @@ func TestRun_Dispatch(t *testing.T) {
 		{[]string{"demo", "-agents", "0"}, 2, "-agents must be 1 to 1000"},
 		{[]string{"demo", "-refunds", "99"}, 2, "-refunds must be 1 to 50"},
 		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
-		{[]string{"demo", "-h"}, 2, "usage: idem demo"},
+		{[]string{"demo", "-h"}, 0, "usage: idem demo"},
 		{[]string{"demo", "-bogus"}, 2, "flag provided but not defined"},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -127,4 +139,47 @@ func TestDemoReport_Verdict(t *testing.T) {
 	if err := rep.verdict(); err == nil || !strings.Contains(err.Error(), "1 duplicate") {
 		t.Fatalf("a duplicate with idem passed: %v", err)
 	}
+}
+
+// TestDemoReport_Print checks the rows a newcomer compares: the 422 row
+// counts refused tool calls (never more than the changed amounts), and a
+// note says why the fault counts differ between the columns.
+func TestDemoReport_Print(t *testing.T) {
+	rep := demoReport{Config: demoConfig{Seed: 1, Agents: 2, Refunds: 3, Crash: true}}
+	rep.Without.Drifts, rep.Without.Restarts, rep.Without.Timeouts = 91, 80, 21
+	rep.With.Drifts, rep.With.Restarts, rep.With.Timeouts = 15, 29, 35
+	rep.With.Refused, rep.With.Mismatches = 12, 27 // 27 answers to 12 calls: retries and duplicate deliveries
+	var out bytes.Buffer
+	rep.print(&out)
+	hasRow(t, "demo report", out.String(), "422", "changed", "amount", "refused", "-", "12")
+	contains(t, "demo report", out.String(), "same rates from the same seed", "counts\ndiffer because the runs make different calls",
+		"changed amount is never paid")
+}
+
+// TestProgress_ReachesTotal checks that the bar is drawn full before it
+// is cleared, although some refunds were never made (an agent gave up).
+func TestProgress_ReachesTotal(t *testing.T) {
+	var buf bytes.Buffer
+	tick := make(chan time.Time)
+	p := startProgress(&buf, 10, tick)
+	p.setLabel("with idem")
+	for range 3 {
+		p.add()
+	}
+	tick <- time.Time{} // received: drawn before finish returns
+	p.reach(5)
+	p.reach(4) // never backwards
+	if got := p.done.Load(); got != 5 {
+		t.Fatalf("reach moved the bar to %d, want 5", got)
+	}
+	p.add()
+	p.reach(10)
+	p.finish()
+	if !strings.Contains(buf.String(), "3/10 refunds") || !strings.HasSuffix(buf.String(), "] 10/10 refunds\r\033[K") ||
+		!strings.Contains(buf.String(), "[##############################]") {
+		t.Fatalf("drew %q", buf.String())
+	}
+	var none *progress
+	none.reach(3)
+	none.finish()
 }

@@ -1,7 +1,8 @@
-// Command idem is idem's command line: the demo, and (to come) inspecting,
-// listing and sweeping a store.
+// Command idem is idem's command line: the demo, and the operator's views
+// of a store directory.
 //
 //	idem demo [-seed N] [-agents N] [-dir DIR]
+//	idem inspect|ls|stats|sweep|export -dir DIR [flags]
 package main
 
 import (
@@ -15,8 +16,9 @@ import (
 )
 
 // command is one subcommand. run gets the arguments after the command's
-// name; it returns errUsage for bad usage (exit status 2) and any other
-// error for failure (exit status 1).
+// name; it returns errUsage for bad usage (exit status 2), flag.ErrHelp
+// when -h asked for its usage (exit status 0, as for "idem help"), and any
+// other error for failure (exit status 1).
 type command struct {
 	name    string
 	summary string
@@ -61,9 +63,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
-		case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		case errors.Is(err, errUsage):
 			return 2
 		default:
 			fmt.Fprintf(stderr, "idem %s: %v\n", c.name, err)

@@ -26,6 +26,8 @@ type progress struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// stopTick stops the ticker feeding the drawing goroutine, if any.
+	stopTick func()
 }
 
 const barWidth = 30
@@ -35,15 +37,21 @@ func newProgress(w io.Writer, total int) *progress {
 	if w == nil {
 		return nil
 	}
+	t := time.NewTicker(100 * time.Millisecond)
+	p := startProgress(w, total, t.C)
+	p.stopTick = t.Stop
+	return p
+}
+
+// startProgress draws the bar to w at every tick.
+func startProgress(w io.Writer, total int, tick <-chan time.Time) *progress {
 	p := &progress{w: w, total: int64(total), stop: make(chan struct{})}
 	p.wg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
 		for {
 			select {
 			case <-p.stop:
 				return
-			case <-t.C:
+			case <-tick:
 				p.draw()
 			}
 		}
@@ -63,6 +71,20 @@ func (p *progress) add() {
 	}
 }
 
+// reach moves the bar on to n, if it is short of it: a run that ended
+// settled every refund it planned, made or given up.
+func (p *progress) reach(n int) {
+	if p == nil {
+		return
+	}
+	for {
+		done := p.done.Load()
+		if done >= int64(n) || p.done.CompareAndSwap(done, int64(n)) {
+			return
+		}
+	}
+}
+
 func (p *progress) draw() {
 	done := min(p.done.Load(), p.total)
 	filled := 0
@@ -77,12 +99,17 @@ func (p *progress) draw() {
 		strings.Repeat("#", filled), strings.Repeat(".", barWidth-filled), done, p.total)
 }
 
-// finish stops drawing and clears the line.
+// finish stops drawing, draws the bar as it ends (full, after reach),
+// and clears the line.
 func (p *progress) finish() {
 	if p == nil {
 		return
 	}
 	close(p.stop)
 	p.wg.Wait()
+	if p.stopTick != nil {
+		p.stopTick()
+	}
+	p.draw()
 	fmt.Fprint(p.w, "\r\033[K")
 }

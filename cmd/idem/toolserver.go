@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,45 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// agentHeader names the calling agent; with idem it is the key's scope.
-const agentHeader = "X-Agent"
+// tokens is the tool server's authentication: the bearer tokens it issued,
+// each naming the agent it was issued to. An agent gets a new token when
+// its loop restarts, as clients refresh tokens, so the retry of a step
+// often carries another token than its first attempt. The key's scope is
+// the agent the token names (idemhttp.PrincipalScope), never the token:
+// scoped by token, that retry would find no record and refund again.
+type tokens struct {
+	mu     sync.Mutex        // guards issued and n
+	issued map[string]string // token -> agent
+	n      int
+}
+
+func newTokens() *tokens { return &tokens{issued: map[string]string{}} }
+
+// issue returns a new token for agent; its earlier tokens stay valid.
+func (t *tokens) issue(agent string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n++
+	tok := fmt.Sprintf("tok-%06d", t.n)
+	t.issued[tok] = agent
+	return tok
+}
+
+// authenticate is the server's authentication layer: it answers 401 to a
+// request without a token it issued, and puts the agent a token names in
+// the request's context for the idem middleware and the tool.
+func (t *tokens) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.mu.Lock()
+		agent, ok := t.issued[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+		t.mu.Unlock()
+		if !ok {
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(idemhttp.WithPrincipal(r.Context(), agent)))
+	})
+}
 
 // toolServer is the demo's HTTP tool server: one refund tool backed by
 // the ledger, behind the idem middleware or (to compare) bare. It can be
@@ -30,6 +68,7 @@ type toolServer struct {
 	dir      string
 	ledger   *ledger
 	events   *eventCounts
+	tokens   *tokens // outlive a crash, as signed tokens would
 
 	// latMu guards lat, the source of simulated provider latency.
 	latMu sync.Mutex
@@ -68,7 +107,7 @@ func (c *eventCounts) Observe(e idem.Event) {
 }
 
 func newToolServer(withIdem bool, dir string, l *ledger, seed uint64) *toolServer {
-	return &toolServer{withIdem: withIdem, dir: dir, ledger: l, events: &eventCounts{},
+	return &toolServer{withIdem: withIdem, dir: dir, ledger: l, events: &eventCounts{}, tokens: newTokens(),
 		lat: rand.New(rand.NewPCG(seed, 0x5e7)), // latency only; agents have their own sources
 	}
 }
@@ -106,17 +145,12 @@ func (s *toolServer) start() error {
 			// longer record anything.
 			CloseTimeout: time.Millisecond,
 		})
-		h = idemhttp.Middleware(store, &idemhttp.Options{
-			Scope: func(r *http.Request) (string, error) {
-				if a := r.Header.Get(agentHeader); a != "" {
-					return a, nil
-				}
-				return "", fmt.Errorf("no %s header: %w", agentHeader, idemhttp.ErrUnauthenticated)
-			},
-		})(h)
+		// Each agent's keys are its own: scoped by the agent its token
+		// names, which authenticate put in the context.
+		h = idemhttp.Middleware(store, &idemhttp.Options{Scope: idemhttp.PrincipalScope})(h)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /tools/refund", h)
+	mux.Handle("POST /tools/refund", s.tokens.authenticate(h))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		if store != nil {
@@ -194,7 +228,11 @@ func (s *toolServer) refund(gen int, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(s.latency(1, 4)) // the call to the provider
-	ref, ok := s.ledger.refund(gen, r.Header.Get(agentHeader), r.Header.Get(idemhttp.HeaderKey), in.Order, in.Amount)
+	// The provider gets the key as the store holds it (a client may send
+	// it quoted), so that recovery finds the refund under it.
+	agent, _ := idemhttp.PrincipalFromContext(r.Context())
+	key, _ := idemhttp.KeyFromContext(r.Context()) // none without idem
+	ref, ok := s.ledger.refund(gen, agent, key, in.Order, in.Amount)
 	if !ok {
 		// This server instance has crashed: a dead process answers nothing.
 		panic(http.ErrAbortHandler)

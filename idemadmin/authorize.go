@@ -1,0 +1,69 @@
+package idemadmin
+
+import (
+	"errors"
+	"net/http"
+)
+
+// Access is what a request to Handler asks to do, for its Authorizer.
+type Access int
+
+const (
+	// AccessRead reads the views: GET /, inspect, ls, stats, and export
+	// without bodies. They show scopes (often tenant names), keys,
+	// fingerprints, states, counts, times and saved error texts.
+	AccessRead Access = iota + 1
+	// AccessBodies reads saved response bodies: GET export?bodies=true.
+	// A body is what a tool answered a caller, with that caller's data.
+	AccessBodies
+	// AccessSweep runs a sweep now: POST sweep. It asks the store's
+	// Resolver about every stale claim, saves or releases claims on its
+	// verdicts, reclaims expired records, and lists what it decided.
+	AccessSweep
+)
+
+// String names the access: "read", "bodies" or "sweep".
+func (a Access) String() string {
+	switch a {
+	case AccessRead:
+		return "read"
+	case AccessBodies:
+		return "bodies"
+	case AccessSweep:
+		return "sweep"
+	}
+	return "access(?)"
+}
+
+// Authorizer decides whether r may have access a. It returns nil to allow
+// it and an error to refuse it: 401 if the error wraps ErrUnauthenticated,
+// 403 otherwise. The error's text is not sent; log it in the Authorizer if
+// it matters. An export with bodies asks for AccessRead, then AccessBodies.
+type Authorizer func(r *http.Request, a Access) error
+
+// ErrUnauthenticated is wrapped by an Authorizer's error when the request
+// carries no credentials it accepts; Handler answers 401.
+var ErrUnauthenticated = errors.New("idemadmin: request not authenticated")
+
+// guard runs next if the Authorizer allows access a, and refuses otherwise.
+func (h *handler) guard(a Access, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.allowed(w, r, a) {
+			next(w, r)
+		}
+	}
+}
+
+// allowed asks the Authorizer and answers a refusal itself.
+func (h *handler) allowed(w http.ResponseWriter, r *http.Request, a Access) bool {
+	err := h.o.Authorize(r, a)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrUnauthenticated):
+		writeError(w, http.StatusUnauthorized, errors.New("not authenticated"))
+	default:
+		writeError(w, http.StatusForbidden, errors.New("forbidden: this request needs "+a.String()+" access"))
+	}
+	return false
+}
