@@ -193,7 +193,8 @@ type pendingWrite struct {
 // op asking, or nil for a reader outside the committer. The first layer
 // that knows the key answers:
 //
-//  1. t's unit, if it wrote key: the writes of the ops before t in it.
+//  1. t's unit, if an op before t in it wrote key (an op does not read
+//     its own writes).
 //  2. The pending writes: for an op, the latest; for a reader, the latest
 //     durable one (never one not yet durable).
 //  3. Options.Resident.

@@ -183,7 +183,7 @@ func (e *Engine) run(u *unit, o op, p *pipe) *unit {
 	t := &Txn{e: e, u: u}
 	err := o.fn(t)
 	if errors.Is(err, ErrNoWrite) {
-		err = nil
+		err, t.ents = nil, nil
 	}
 	if err != nil || len(t.ents) == 0 {
 		u.add(o, err, nil)
