@@ -60,7 +60,7 @@ type BadgerOptions struct {
 	// Logger receives Badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
 	// Tune, if set, may change any Badger option last. Changing
-	// DetectConflicts breaks the contract. SyncWrites stays off: under
+	// DetectConflicts breaks the contract. SyncWrites is off: under
 	// Durable, the backend syncs a log of its own before each commit.
 	Tune func(*badger.Options)
 }
@@ -135,6 +135,7 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 		return v
 	}
 	bo = bo.
+		WithSyncWrites(false). // Durable syncs idem's own log instead
 		WithReadOnly(o.ReadOnly).
 		WithMemTableSize(orDefault(o.MemTableSize, 4<<20)).
 		WithNumMemtables(3).

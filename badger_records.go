@@ -17,7 +17,8 @@ import (
 // The layers, first match wins (engine.Read): the writes of t's own unit;
 // the writes pending between the log and Badger (for a reader, only
 // durable ones); the open claims (resident); Badger. peek alone puts the
-// hot set in front, for done records, which never change.
+// hot set in front, for done records, which never change. docs/engine.md
+// argues why this order keeps the contract.
 func (b *BadgerBackend) readRecord(t *engine.Txn, id []byte) (*Record, uint64, error) {
 	var rec *Record
 	var exp uint64
@@ -230,8 +231,8 @@ func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint
 	})
 }
 
-// hotRecords implements hotBackend: the Store answers replays from the
-// hot set. (hot set (seam))
+// hotRecords implements hotBackend (hot set seam): the Store answers
+// replays from the hot set.
 func (b *BadgerBackend) hotRecords() *hotSet { return b.hot }
 
 // peek reads the record of (scope, key), stored under id, outside the

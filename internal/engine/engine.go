@@ -32,7 +32,7 @@ var (
 
 // Options configure Open.
 type Options struct {
-	// Badger are the options Badger is opened with. SyncWrites is turned
+	// Badger are the options Badger is opened with. SyncWrites should be
 	// off: under Durable, the engine syncs its own log instead.
 	Badger badger.Options
 	// Durable logs and syncs every unit before answering its ops; else
@@ -95,7 +95,6 @@ type Engine struct {
 // and starts the pipeline (unless read-only).
 func Open(o Options) (*Engine, error) {
 	bo := o.Badger
-	bo.SyncWrites = false
 	if !bo.InMemory && !bo.ReadOnly {
 		if err := removeEmptyLogs(bo.Dir); err != nil {
 			return nil, err
