@@ -69,16 +69,12 @@ func syncBadgerFiles(db *badger.DB, dir string) error {
 	if err := db.Sync(); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := badgerLogs(dir)
 	if err != nil {
 		return err
 	}
 	for _, en := range entries {
-		name := en.Name()
-		if en.IsDir() || !(strings.HasSuffix(name, ".mem") || strings.HasSuffix(name, ".vlog")) {
-			continue
-		}
-		f, err := os.Open(filepath.Join(dir, name))
+		f, err := os.Open(filepath.Join(dir, en.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // flushed to a table (synced by Badger) and removed
 		}
@@ -92,6 +88,23 @@ func syncBadgerFiles(db *badger.DB, dir string) error {
 		}
 	}
 	return wal.SyncDir(dir)
+}
+
+// badgerLogs lists Badger's memtable logs (.mem) and value logs (.vlog)
+// in dir.
+func badgerLogs(dir string) ([]os.DirEntry, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []os.DirEntry
+	for _, en := range entries {
+		name := en.Name()
+		if !en.IsDir() && (strings.HasSuffix(name, ".mem") || strings.HasSuffix(name, ".vlog")) {
+			out = append(out, en)
+		}
+	}
+	return out, nil
 }
 
 // applyFrames writes replayed frames into Badger, in order, committing
@@ -128,7 +141,7 @@ func applyFrames(db *badger.DB, frames [][]wal.Entry) error {
 // v4.9.6 then refuses to open the directory once ("Create a new file";
 // upstream issue 2207). An empty file holds no data.
 func removeEmptyLogs(dir string) error {
-	entries, err := os.ReadDir(dir)
+	entries, err := badgerLogs(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -137,9 +150,6 @@ func removeEmptyLogs(dir string) error {
 	}
 	for _, en := range entries {
 		name := en.Name()
-		if en.IsDir() || !(strings.HasSuffix(name, ".vlog") || strings.HasSuffix(name, ".mem")) {
-			continue
-		}
 		info, err := en.Info()
 		if err != nil {
 			return err
