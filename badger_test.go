@@ -113,7 +113,7 @@ func TestBadger_Reopen_ReadsTablesOfEarlierOptions(t *testing.T) {
 	s = openStore(t, dir, &idem.Options{Badger: idem.BadgerOptions{Tune: func(bo *badger.Options) {
 		bo.NumLevelZeroTables, bo.NumCompactors = 1, 0
 	}}})
-	db := s.Backend().(*idem.BadgerBackend).DB()
+	db := idem.BadgerDB(s.Backend().(*idem.BadgerBackend))
 	before := db.Tables()
 	require.Len(t, before, 2)
 	require.NoError(t, db.Flatten(1))
@@ -158,7 +158,7 @@ func TestBadger_CorruptRecord(t *testing.T) {
 	s := idem.New(b, &idem.Options{SweepInterval: -1})
 	t.Cleanup(func() { _ = s.Close() })
 	// Write garbage where the record of ("", "bad") lives: r, scope length 0, key.
-	require.NoError(t, b.DB().Update(func(txn *badger.Txn) error {
+	require.NoError(t, idem.BadgerDB(b).Update(func(txn *badger.Txn) error {
 		return txn.Set([]byte("r\x00bad"), []byte{0xc1, 0xff, 0x00})
 	}))
 	ran := false

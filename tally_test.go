@@ -22,7 +22,7 @@ func countKeys(t testing.TB, s *idem.Store, prefix byte) int {
 	// Badger holds every answered write.
 	require.NoError(t, b.Scan(bg, func(*idem.Record) bool { return false }))
 	n := 0
-	err := b.DB().View(func(txn *badger.Txn) error {
+	err := idem.BadgerDB(b).View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

@@ -3,15 +3,15 @@ package idem
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/engine"
+	"github.com/idemkit/idem/internal/wal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,7 +52,7 @@ func walDo(t *testing.T, b *BadgerBackend, key string, body []byte) {
 // power loss would.
 func forget(t *testing.T, b *BadgerBackend, keys ...string) {
 	t.Helper()
-	require.NoError(t, b.db.Update(func(txn *badger.Txn) error {
+	require.NoError(t, b.eng.DB().Update(func(txn *badger.Txn) error {
 		for _, k := range keys {
 			if err := txn.Delete(withPrefix(prefixRecord, recordID("", k))); err != nil {
 				return err
@@ -68,7 +68,7 @@ func forget(t *testing.T, b *BadgerBackend, keys ...string) {
 // readLog returns the log as a crash at this point would leave it.
 func readLog(t *testing.T, dir string) []byte {
 	t.Helper()
-	log, err := os.ReadFile(filepath.Join(dir, walName))
+	log, err := os.ReadFile(filepath.Join(dir, engine.LogName))
 	require.NoError(t, err)
 	return log
 }
@@ -76,7 +76,7 @@ func readLog(t *testing.T, dir string) []byte {
 // writeLog puts back a log read by readLog, undoing the checkpoints since.
 func writeLog(t *testing.T, dir string, log []byte) {
 	t.Helper()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), log, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, engine.LogName), log, 0o600))
 }
 
 func walGet(t *testing.T, b *BadgerBackend, key string) *Record {
@@ -121,11 +121,11 @@ func TestWAL_TornTailIsDropped(t *testing.T) {
 	b := walOpen(t, dir, Durable)
 	walDo(t, b, "k1", []byte("one"))
 	token := walClaim(t, b, "k2")
-	claimEnd := b.wal.off
+	claimEnd := b.eng.Log().Offset()
 	walComplete(t, b, "k2", token, []byte("two"))
-	end := claimEnd + int64(len(b.wal.buf)) // the frame, without its padding
+	end := claimEnd + int64(b.eng.Log().FrameLen()) // the frame, without its padding
 	log := readLog(t, dir)
-	require.Greater(t, b.wal.off, claimEnd)
+	require.Greater(t, b.eng.Log().Offset(), claimEnd)
 	// A crash while writing the completion's frame: its last byte torn.
 	log[end-1] ^= 0xff
 	forget(t, b, "k1", "k2")
@@ -157,15 +157,15 @@ func TestWAL_StaleGenerationIsNotReplayed(t *testing.T) {
 func TestWAL_FullLogCheckpointsAndLargeFramesGrowIt(t *testing.T) {
 	dir := t.TempDir()
 	b := walOpen(t, dir, Durable)
-	gen := b.wal.gen
+	gen := b.eng.Log().Generation()
 	body := bytes.Repeat([]byte("x"), 3<<20)
 	for _, k := range []string{"a", "b", "c", "d"} {
 		walDo(t, b, k, body)
 	}
-	require.Greater(t, b.wal.gen, gen, "12 MiB of frames must have checkpointed an 8 MiB log")
-	huge := bytes.Repeat([]byte("y"), walSize+1<<20)
+	require.Greater(t, b.eng.Log().Generation(), gen, "12 MiB of frames must have checkpointed an 8 MiB log")
+	huge := bytes.Repeat([]byte("y"), wal.InitialSize+1<<20)
 	walDo(t, b, "huge", huge)
-	require.Greater(t, b.wal.size, int64(walSize))
+	require.Greater(t, b.eng.Log().Size(), int64(wal.InitialSize))
 	log := readLog(t, dir)
 	forget(t, b, "huge")
 	require.NoError(t, b.Close())
@@ -182,10 +182,7 @@ func TestWAL_FailedLogWriteStopsWritesUntilReopen(t *testing.T) {
 	dir := t.TempDir()
 	b := walOpen(t, dir, Durable)
 	walDo(t, b, "k1", []byte("one"))
-	require.NoError(t, b.wal.f.Close()) // every later write and sync fails
-	if b.wal.direct != nil {
-		b.wal.direct.close()
-	}
+	require.NoError(t, b.eng.Log().Close()) // every later write and sync fails
 	_, _, err := b.Claim(context.Background(), "", "k2", ClaimArgs{Now: walNow, LeaseEnds: walNow.Add(time.Minute)})
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.Nil(t, walGet(t, b, "k2"), "a claim whose frame failed must not be visible")
@@ -210,7 +207,7 @@ func TestWAL_FastStoreReplaysALogLeftByDurable(t *testing.T) {
 	writeLog(t, dir, log)
 
 	b = walOpen(t, dir, Fast)
-	require.Nil(t, b.wal, "a Fast store writes no log")
+	require.Nil(t, b.eng.Log(), "a Fast store writes no log")
 	require.Equal(t, "one", string(walGet(t, b, "k1").Result.Body))
 	forget(t, b, "k1")
 	require.NoError(t, b.Close())
@@ -222,20 +219,10 @@ func TestWAL_ForeignFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	b := walOpen(t, dir, Durable)
 	require.NoError(t, b.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, walName), []byte("not a log at all"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, engine.LogName), []byte("not a log at all"), 0o600))
 	_, err := OpenBadger(dir, BadgerOptions{})
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorIs(t, err, ErrUnavailable)
-}
-
-func TestWAL_DecodeRejectsMalformedEntries(t *testing.T) {
-	for _, p := range [][]byte{{9, 1, 'k'}, {walSet, 5, 'k'}, {walSet, 1, 'k', 3, 'v'}, {walSet, 1, 'k', 1, 'v'}, {walDelete}} {
-		_, err := decodeEntries(p)
-		require.Error(t, err, "%v", p)
-	}
-	es, err := decodeEntries([]byte{walDelete, 1, 'k', walSet, 1, 'a', 1, 'v', 7})
-	require.NoError(t, err)
-	require.Equal(t, []walEntry{{del: true, key: []byte("k")}, {key: []byte("a"), val: []byte("v"), expiresAt: 7}}, es)
 }
 
 func TestWAL_ReadOnlyOpenRefusesUnappliedFrames(t *testing.T) {
@@ -260,87 +247,4 @@ func TestWAL_ReadOnlyOpenRefusesUnappliedFrames(t *testing.T) {
 	require.NoError(t, err, "a read-write open applied the frames")
 	require.Equal(t, "one", string(walGet(t, ro, "k1").Result.Body))
 	require.NoError(t, ro.Close())
-}
-
-// TestWAL_BufferedWrites runs the log's tests with frames written through
-// the page cache and fdatasync, the path taken where O_DIRECT is refused.
-func TestWAL_BufferedWrites(t *testing.T) {
-	walDirect = false
-	defer func() { walDirect = true }()
-	b := walOpen(t, t.TempDir(), Durable)
-	require.Nil(t, b.wal.direct)
-	t.Run("replay", TestWAL_ReplayRestoresWhatBadgerLost)
-	t.Run("torn tail", TestWAL_TornTailIsDropped)
-	t.Run("full log", TestWAL_FullLogCheckpointsAndLargeFramesGrowIt)
-	t.Run("failed write", TestWAL_FailedLogWriteStopsWritesUntilReopen)
-}
-
-// TestWAL_DirectWritesWhereSupported checks that the log writes its
-// frames with O_DIRECT where the file system allows it, each frame on a
-// block boundary.
-func TestWAL_DirectWritesWhereSupported(t *testing.T) {
-	dir := t.TempDir()
-	probe := filepath.Join(dir, "probe")
-	require.NoError(t, os.WriteFile(probe, make([]byte, walBlock), 0o600))
-	d, ok := openDirectFile(probe)
-	if !ok {
-		t.Skip("the file system of the test directory refuses O_DIRECT")
-	}
-	d.close()
-	b := walOpen(t, dir, Durable)
-	require.NotNil(t, b.wal.direct)
-	walDo(t, b, "k1", []byte("one"))
-	require.Zero(t, b.wal.off%walBlock)
-	require.Equal(t, int64(walHeaderLen+2*walBlock), b.wal.off, "a claim and a completion: one block each")
-}
-
-// TestWAL_ReplaysALogOfTheEarlierLayout replays a log whose frames are
-// packed end to end, as releases before block-aligned frames wrote it,
-// and checks that the log goes on in the current layout.
-func TestWAL_ReplaysALogOfTheEarlierLayout(t *testing.T) {
-	dir := t.TempDir()
-	b := walOpen(t, dir, Durable)
-	walDo(t, b, "k1", []byte("one"))
-	walDo(t, b, "k2", []byte("two"))
-	log := packLog(t, readLog(t, dir))
-	forget(t, b, "k1", "k2")
-	require.NoError(t, b.Close())
-	writeLog(t, dir, log)
-
-	b = walOpen(t, dir, Durable)
-	require.Equal(t, "one", string(walGet(t, b, "k1").Result.Body))
-	require.Equal(t, "two", string(walGet(t, b, "k2").Result.Body))
-	require.Equal(t, int64(walBlock), b.wal.align)
-	require.Equal(t, walMagic, string(readLog(t, dir)[:8]), "the replay's checkpoint starts the current layout")
-
-	// And the current layout replays in turn.
-	walDo(t, b, "k3", []byte("three"))
-	log = readLog(t, dir)
-	forget(t, b, "k3")
-	require.NoError(t, b.Close())
-	writeLog(t, dir, log)
-	b = walOpen(t, dir, Durable)
-	require.Equal(t, "three", string(walGet(t, b, "k3").Result.Body))
-}
-
-// packLog rewrites a log of block-aligned frames in the earlier layout:
-// the earlier magic, and the current generation's frames end to end.
-func packLog(t *testing.T, log []byte) []byte {
-	t.Helper()
-	out := make([]byte, len(log))
-	copy(out, walMagicV1)
-	copy(out[8:16], log[8:16])
-	binary.LittleEndian.PutUint32(out[16:20], crc32.Checksum(out[:16], castagnoli))
-	gen := binary.LittleEndian.Uint64(log[8:16])
-	at, frames := int64(walHeaderLen), 0
-	for off := int64(walHeaderLen); off+walFrameHead <= int64(len(log)); frames++ {
-		n := int64(binary.LittleEndian.Uint32(log[off:]))
-		if n == 0 || binary.LittleEndian.Uint64(log[off+8:]) != gen {
-			break
-		}
-		at += int64(copy(out[at:], log[off:off+walFrameHead+n]))
-		off = alignUp(off+walFrameHead+n, walBlock)
-	}
-	require.Positive(t, frames)
-	return out
 }

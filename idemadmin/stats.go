@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/idemkit/idem"
 )
 
@@ -62,13 +59,15 @@ type StatsOptions struct {
 	Progress func(scanned int)
 }
 
-// badgerDB is implemented by the Badger backend, and by wrappers that
+// diskUser is implemented by the Badger backend, and by wrappers that
 // embed it.
-type badgerDB interface{ DB() *badger.DB }
+type diskUser interface {
+	DiskUsage() (idem.DiskUsage, error)
+}
 
 // Collect scans every record of l and counts them. When l is the Badger
-// backend (anything with a DB() *badger.DB method), Stats.Disk holds its
-// size on disk.
+// backend on disk (anything with its DiskUsage method), Stats.Disk holds
+// its size on disk.
 func Collect(ctx context.Context, l idem.Lister, o StatsOptions) (*Stats, error) {
 	st := &Stats{Now: o.Now}
 	var oldest Row
@@ -108,47 +107,16 @@ func Collect(ctx context.Context, l idem.Lister, o StatsOptions) (*Stats, error)
 	if err != nil {
 		return nil, err
 	}
-	if b, ok := l.(badgerDB); ok && b.DB() != nil && !b.DB().Opts().InMemory {
-		st.Disk, err = diskUsage(b.DB().Opts())
+	if b, ok := l.(diskUser); ok {
+		u, err := b.DiskUsage()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("idemadmin: measure disk: %w", err)
+		}
+		if u.Total > 0 { // zero: an in-memory store
+			st.Disk = &Disk{LSM: u.LSM, VLog: u.VLog, Total: u.Total}
 		}
 	}
 	return st, nil
-}
-
-// diskUsage measures a Badger directory as Badger's own DB.Size does, but
-// now, and in space allocated rather than apparent size: DB.Size reads
-// sizes kept only with Badger's metrics enabled, which the idem backend
-// disables, refreshed once a minute, and an open store's value log and
-// memtables are sparse files preallocated to hundreds of MiB.
-func diskUsage(o badger.Options) (*Disk, error) {
-	d := &Disk{}
-	dirs := []string{o.Dir}
-	if o.ValueDir != o.Dir {
-		dirs = append(dirs, o.ValueDir)
-	}
-	for _, dir := range dirs {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("idemadmin: measure %s: %w", dir, err)
-		}
-		for _, e := range entries {
-			info, err := e.Info()
-			if err != nil || !info.Mode().IsRegular() {
-				continue // removed meanwhile (compaction), or not a file
-			}
-			n := allocated(info)
-			switch filepath.Ext(e.Name()) {
-			case ".sst":
-				d.LSM += n
-			case ".vlog":
-				d.VLog += n
-			}
-			d.Total += n
-		}
-	}
-	return d, nil
 }
 
 // WriteText prints the stats as an aligned table.

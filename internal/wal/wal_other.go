@@ -1,11 +1,11 @@
 //go:build !linux
 
-package idem
+package wal
 
 import "os"
 
-// fdatasync flushes f; where the system offers no fdatasync, a full sync.
-func fdatasync(f *os.File) error { return f.Sync() }
+// SyncData flushes f; where the system offers no fdatasync, a full sync.
+func SyncData(f *os.File) error { return f.Sync() }
 
 // directFile is not available here: frames go through the page cache.
 type directFile struct{}

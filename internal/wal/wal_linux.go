@@ -1,4 +1,4 @@
-package idem
+package wal
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fdatasync flushes f's data, and its metadata only where reading the data
+// SyncData flushes f's data, and its metadata only where reading the data
 // back needs it (a new size or new blocks), not its times.
-func fdatasync(f *os.File) error {
+func SyncData(f *os.File) error {
 	for {
 		err := unix.Fdatasync(int(f.Fd()))
 		if err != unix.EINTR {
@@ -64,9 +64,9 @@ func (d *directFile) close() {
 }
 
 // alignedBlocks returns a zeroed buffer of n bytes whose start is aligned
-// to walBlock, as O_DIRECT requires of memory.
+// to BlockSize, as O_DIRECT requires of memory.
 func alignedBlocks(n int) []byte {
-	b := make([]byte, n+walBlock)
-	skip := (walBlock - int(uintptr(unsafe.Pointer(&b[0]))%walBlock)) % walBlock
+	b := make([]byte, n+BlockSize)
+	skip := (BlockSize - int(uintptr(unsafe.Pointer(&b[0]))%BlockSize)) % BlockSize
 	return b[skip : skip+n : skip+n]
 }

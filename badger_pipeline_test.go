@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCommit_PipelineUnderContention drives the committer's pipeline hard:
+// TestBadger_Pipeline_UnderContention drives the committer's pipeline hard:
 // many goroutines claim, complete, release, extend and count a few keys
 // while reclaim runs, so that nearly every op reads a key the unit being
 // synced wrote. Nothing may fail but the fencing and claim outcomes the
 // contract gives, each key holds at most one live claim at a time, and a
 // reopen sees what the last answers said.
-func TestCommit_PipelineUnderContention(t *testing.T) {
+func TestBadger_Pipeline_UnderContention(t *testing.T) {
 	for _, d := range []Durability{Durable, Fast} {
 		t.Run(d.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -136,74 +136,12 @@ func TestCommit_PipelineUnderContention(t *testing.T) {
 	}
 }
 
-// TestCommit_ReadersSeeTheDurableWriteWhileALaterOneIsPending holds a
-// claim's unit between its log sync and its Badger commit, and the unit of
-// the key's completion before its log sync: readers outside the committer
-// must find the claim (durable, answered) and not the completion (not yet
-// durable), although the overlay's latest write of the key is the
-// completion's.
-func TestCommit_ReadersSeeTheDurableWriteWhileALaterOneIsPending(t *testing.T) {
-	b, err := OpenBadger(t.TempDir(), BadgerOptions{})
-	require.NoError(t, err)
-	ctx := context.Background()
-	now := time.Now()
-
-	applyHeld, releaseApply := make(chan uint64, 8), make(chan struct{})
-	logHeld, releaseLog := make(chan uint64, 8), make(chan struct{})
-	var release sync.Once
-	releaseAll := func() {
-		release.Do(func() {
-			close(releaseLog)
-			close(releaseApply)
-		})
-	}
-	defer func() {
-		releaseAll() // a failed check must not leave Close waiting
-		b.Close()
-	}()
-	b.testApply = func(seq uint64) {
-		applyHeld <- seq
-		<-releaseApply
-	}
-	rec, claimed, err := b.Claim(ctx, "s", "k", ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour})
-	require.NoError(t, err)
-	require.True(t, claimed)
-	<-applyHeld // the claim is answered, and Badger does not hold it
-
-	b.testLog = func(seq uint64) {
-		logHeld <- seq
-		<-releaseLog
-	}
-	completed := make(chan error, 1)
-	go func() {
-		completed <- b.Complete(ctx, "s", "k", rec.Token, Completion{
-			Result: Result{Status: 200, Body: []byte("ok")}, At: now, ExpiresAt: now.Add(time.Hour)})
-	}()
-	<-logHeld // the completion is sealed into the overlay, not yet durable
-
-	got, err := b.Get(ctx, "s", "k")
-	require.NoError(t, err, "the claim was answered: Get must find it")
-	require.Equal(t, StateInProgress, got.State)
-	require.Equal(t, rec.Token, got.Token)
-	seen, claimed, err := b.Claim(ctx, "s", "k", ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour})
-	require.NoError(t, err)
-	require.False(t, claimed)
-	require.Equal(t, StateInProgress, seen.State, "a repeat sees the claim, not the completion")
-
-	b.testLog, b.testApply = nil, nil
-	releaseAll()
-	require.NoError(t, <-completed)
-	got, err = b.Get(ctx, "s", "k")
-	require.NoError(t, err)
-	require.Equal(t, StateDone, got.State)
-}
-
-// TestCommit_OpenClaimsAreReadFromMemory checks that the writers and the
+// TestBadger_Pipeline_OpenClaimsAreReadFromMemory checks that the writers and the
 // sweep read an open claim's record from the open claims, as last made
 // durable, and not from Badger: a claim's record is overwritten in Badger
 // behind the store's back, and Stale, a count, an extension and the
 // completion still see the record the store wrote, counts included.
-func TestCommit_OpenClaimsAreReadFromMemory(t *testing.T) {
+func TestBadger_Pipeline_OpenClaimsAreReadFromMemory(t *testing.T) {
 	b, err := OpenBadger(t.TempDir(), BadgerOptions{})
 	require.NoError(t, err)
 	defer b.Close()
@@ -213,10 +151,10 @@ func TestCommit_OpenClaimsAreReadFromMemory(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.NoError(t, b.AddTallies(ctx, []Tally{{Scope: "s", Key: "k", Conflicts: 2, LastRejection: now}}))
-	b.settle() // Badger holds both writes
+	require.NoError(t, b.eng.View(func(*badger.Txn) error { return nil })) // Badger holds both writes
 
 	// What Badger holds now is not what a writer must read.
-	require.NoError(t, b.db.Update(func(txn *badger.Txn) error {
+	require.NoError(t, b.eng.DB().Update(func(txn *badger.Txn) error {
 		return txn.Set(withPrefix(prefixRecord, recordID("s", "k")), []byte("not a record"))
 	}))
 

@@ -1,0 +1,301 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/wal"
+)
+
+// LogName is the name of idem's log in the Badger directory.
+const LogName = "idem.wal"
+
+var (
+	// ErrClosed is returned by Update once Close has begun.
+	ErrClosed = errors.New("engine: closed")
+	// ErrReadOnly is returned by Update on an engine opened read-only.
+	ErrReadOnly = errors.New("engine: opened read-only")
+	// ErrUnapplied is returned by a read-only Open when the log holds
+	// writes that Badger may not: only a read-write open applies them.
+	ErrUnapplied = errors.New("engine: the log holds writes not yet applied")
+	// ErrNoWrite may be returned by an op to end without writing; Update
+	// then returns nil.
+	ErrNoWrite = errors.New("engine: no write")
+	// ErrCorrupt is returned by Open when the log is damaged.
+	ErrCorrupt = wal.ErrCorrupt
+)
+
+// Options configure Open.
+type Options struct {
+	// Badger are the options Badger is opened with. SyncWrites should be
+	// off: under Durable, the engine syncs its own log instead.
+	Badger badger.Options
+	// Durable logs and syncs every unit before answering its ops; else
+	// (Fast) an op is answered once Badger holds its unit.
+	Durable bool
+	// Resident, if set, returns the value the caller keeps in memory for
+	// key, or nil. Read consults it after the pending writes and before
+	// Badger, so it must mirror the key's last durable write (set it from
+	// an OnCommit hook) and must have no expiry.
+	Resident func(key []byte) []byte
+	// BufferedLog writes the log without O_DIRECT (tests of the fallback).
+	BufferedLog bool
+	// BeforeLog and BeforeApply, if set, run on the syncer before it logs
+	// unit seq and on the applier before it commits one (tests).
+	BeforeLog, BeforeApply func(seq uint64)
+}
+
+// Engine is an open Badger directory and its commit pipeline.
+type Engine struct {
+	db   *badger.DB
+	dir  string
+	ro   bool
+	opts Options
+
+	// log is the log of a Durable engine, nil otherwise; it belongs to
+	// the syncer while the committer runs.
+	log *wal.Log
+	// broken, once set, stops all writing until a reopen.
+	brokenMu sync.Mutex
+	broken   error
+
+	// The pending-writes index: the writes of units handed to the syncer
+	// and not yet in Badger, by key, and the order to retire them in. The
+	// committer alone writes it, under pendingMu; readers outside it take
+	// pendingMu. seq numbers units; retired is the last unit the applier
+	// finished (every unit up to it is in Badger, or wrote nothing);
+	// durable is the last unit synced to the log (Durable only).
+	pending   map[string]pendingWrite
+	pendingMu sync.RWMutex
+	sealed    []sealedKey
+	seq       uint64
+	retired   atomic.Uint64
+	durable   atomic.Uint64
+	// settleMu and settleCond let scans wait for Badger to hold every
+	// answered write (settle).
+	settleMu   sync.Mutex
+	settleCond *sync.Cond
+
+	// ops feeds the committer, the only writer; stopped is closed by
+	// Close, and committerDone when the committer returned.
+	ops           chan op
+	stopped       chan struct{}
+	committerDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the Badger directory of o.Badger, replays the log into it
+// and starts the pipeline (unless read-only).
+func Open(o Options) (*Engine, error) {
+	bo := o.Badger
+	if !bo.InMemory && !bo.ReadOnly {
+		if err := removeEmptyLogs(bo.Dir); err != nil {
+			return nil, err
+		}
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o,
+		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
+	e.settleCond = sync.NewCond(&e.settleMu)
+	if bo.ReadOnly {
+		close(e.committerDone)
+		if !bo.InMemory {
+			n, err := wal.Pending(filepath.Join(e.dir, LogName))
+			if err == nil && n > 0 {
+				err = fmt.Errorf("%w: %d groups of writes", ErrUnapplied, n)
+			}
+			if err != nil {
+				_ = db.Close()
+				return nil, err
+			}
+		}
+		return e, nil
+	}
+	if !bo.InMemory {
+		if err := e.openLog(o.Durable); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("log: %w", err)
+		}
+	}
+	go e.committer()
+	return e, nil
+}
+
+// Close stops the pipeline once the ops handed to it are answered,
+// checkpoints (so that the log has nothing to replay) and closes Badger.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() { e.closeErr = e.close() })
+	return e.closeErr
+}
+
+func (e *Engine) close() error {
+	if !e.ro {
+		close(e.stopped)
+	}
+	<-e.committerDone
+	var err error
+	if e.log != nil {
+		// With the committer gone nothing writes. If the checkpoint
+		// fails, the frames are kept for the next open.
+		if e.brokenErr() == nil {
+			err = e.checkpoint()
+		}
+		if cerr := e.log.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if cerr := e.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// DB returns the Badger database, for maintenance and tests. Writes made
+// through it bypass the log and the pending writes.
+func (e *Engine) DB() *badger.DB { return e.db }
+
+// Log returns the log of a Durable engine, else nil (tests).
+func (e *Engine) Log() *wal.Log { return e.log }
+
+// View runs fn in a Badger read transaction, once Badger holds every
+// answered write: for scans, which the pending writes cannot answer.
+func (e *Engine) View(fn func(txn *badger.Txn) error) error {
+	e.settle()
+	return e.db.View(fn)
+}
+
+// pendingWrite is a write of a unit handed to the syncer and not yet
+// committed to Badger. Several units in the pipeline may have written one
+// key: the latest write is in the index, and older ones still pending
+// hang from it, newest first, for readers that must not see the latest
+// before it is durable.
+type pendingWrite struct {
+	val       []byte
+	del       bool
+	expiresAt uint64 // Badger's TTL, unix seconds; 0 for none
+	seq       uint64
+	older     *pendingWrite
+}
+
+// Read calls fn with the value of key and its Badger expiry (unix
+// seconds, 0 for none), and reports whether key holds a value. t is the
+// op asking, or nil for a reader outside the committer. The first layer
+// that knows the key answers:
+//
+//  1. t's unit, if an op before t in it wrote key (an op does not read
+//     its own writes).
+//  2. The pending writes: for an op, the latest; for a reader, the latest
+//     durable one (never one not yet durable).
+//  3. Options.Resident.
+//  4. Badger: t's transaction, or a read transaction begun after step 2,
+//     so that a write leaving the pending index meanwhile is in it.
+//
+// A deleted or expired write reads as absent. val is valid only during fn.
+func (e *Engine) Read(t *Txn, key []byte, fn func(val []byte, expiresAt uint64) error) (bool, error) {
+	if t == nil || !t.u.wrote(key) {
+		if w, ok := e.pendingWrite(key, t != nil); ok {
+			if w.del || (w.expiresAt != 0 && w.expiresAt <= uint64(time.Now().Unix())) {
+				return false, nil
+			}
+			return true, fn(w.val, w.expiresAt)
+		}
+		if e.opts.Resident != nil {
+			if v := e.opts.Resident(key); v != nil {
+				return true, fn(v, 0)
+			}
+		}
+	}
+	if t != nil {
+		return get(t.u.txn, key, fn)
+	}
+	var found bool
+	err := e.db.View(func(txn *badger.Txn) error {
+		var err error
+		found, err = get(txn, key, fn)
+		return err
+	})
+	return found, err
+}
+
+// pendingWrite returns the write of key in the pending index that a
+// reader sees: the latest for the committer (which alone writes the
+// index, so reads it without the lock), the latest durable one for others.
+func (e *Engine) pendingWrite(key []byte, committer bool) (pendingWrite, bool) {
+	if committer {
+		w, ok := e.pending[string(key)]
+		return w, ok
+	}
+	if e.log == nil {
+		return pendingWrite{}, false // Fast: Badger holds every answered unit
+	}
+	d := e.durable.Load()
+	if d <= e.retired.Load() {
+		return pendingWrite{}, false // every durable unit is in Badger
+	}
+	e.pendingMu.RLock()
+	defer e.pendingMu.RUnlock()
+	w, ok := e.pending[string(key)]
+	for ok && w.seq > d {
+		if w.older == nil {
+			return pendingWrite{}, false
+		}
+		w = *w.older
+	}
+	return w, ok
+}
+
+func get(txn *badger.Txn, key []byte, fn func(val []byte, expiresAt uint64) error) (bool, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, item.Value(func(v []byte) error { return fn(v, item.ExpiresAt()) })
+}
+
+// Txn is what an op sees: reads through its unit (Read), writes buffered
+// until the op succeeds, so that a failed op writes nothing.
+type Txn struct {
+	e     *Engine
+	u     *unit
+	ents  []wal.Entry // the buffered writes, in order
+	keys  []string    // ents' keys as strings, once the op is kept
+	after []func()
+}
+
+// Read reads key as the op sees it (Engine.Read).
+func (t *Txn) Read(key []byte, fn func(val []byte, expiresAt uint64) error) (bool, error) {
+	return t.e.Read(t, key, fn)
+}
+
+// Set buffers a write; expiresAt is Badger's TTL in unix seconds, 0 for
+// none. Neither slice may change afterwards.
+func (t *Txn) Set(key, val []byte, expiresAt uint64) {
+	t.ents = append(t.ents, wal.Entry{Key: key, Value: val, ExpiresAt: expiresAt})
+}
+
+// Delete buffers a deletion.
+func (t *Txn) Delete(key []byte) {
+	t.ents = append(t.ents, wal.Entry{Key: key, Delete: true})
+}
+
+// OnCommit arranges for fn to run once the op's writes are durable, in
+// commit order, before the op is answered; it never runs if the commit
+// fails.
+func (t *Txn) OnCommit(fn func()) { t.after = append(t.after, fn) }
+
+// MaxBatch returns how many bytes and entries one Badger transaction
+// holds: an op should write well under either.
+func (e *Engine) MaxBatch() (size, count int64) { return e.db.MaxBatchSize(), e.db.MaxBatchCount() }

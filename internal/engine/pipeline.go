@@ -1,0 +1,345 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// maxGroup bounds the ops applied in one transaction.
+const maxGroup = 256
+
+// applyDepth bounds the units synced to the log and waiting for their
+// Badger commit: past it, the syncer waits for the applier.
+const applyDepth = 8
+
+// unit is one group: the ops run in one transaction, committed together.
+type unit struct {
+	seq     uint64
+	state   int         // how the syncer left it, for the applier
+	txn     *badger.Txn // nil until the first op runs
+	ops     []op
+	results []error
+	bufs    []*Txn              // the writes of each op that wrote, else nil
+	written map[string]struct{} // keys written by the ops in txn
+}
+
+// wrote reports whether an op of u wrote key.
+func (u *unit) wrote(key []byte) bool {
+	_, ok := u.written[string(key)]
+	return ok
+}
+
+type op struct {
+	fn   func(t *Txn) error
+	done chan error
+}
+
+// Update runs fn as one op of the next unit and returns once the unit is
+// durable (Durable) or in Badger (Fast). fn may return ErrNoWrite to end
+// without writing; its other errors are returned as they are, and its
+// writes dropped.
+func (e *Engine) Update(fn func(t *Txn) error) error {
+	if e.ro {
+		return ErrReadOnly
+	}
+	o := op{fn: fn, done: make(chan error, 1)}
+	select {
+	case e.ops <- o:
+	case <-e.stopped:
+		return ErrClosed
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-e.committerDone:
+		// The committer stopped; it may still have answered this op.
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+// pipe is the committer's end of the pipeline: the syncer's handshake and
+// the applier's queue. Only the committer uses it.
+type pipe struct {
+	ready   chan struct{} // the syncer is free and waits for a unit
+	units   chan *unit
+	applied chan *unit // to the applier, in order
+	quit    chan struct{}
+	// idle is true once the committer took ready: the syncer waits for
+	// a unit.
+	idle                    bool
+	syncerDone, applierDone chan struct{}
+}
+
+// startPipe starts the syncer and the applier.
+func (e *Engine) startPipe() *pipe {
+	p := &pipe{ready: make(chan struct{}), units: make(chan *unit), applied: make(chan *unit, applyDepth),
+		quit: make(chan struct{}), syncerDone: make(chan struct{}), applierDone: make(chan struct{})}
+	go e.syncer(p)
+	go e.applier(p.applied, p.applierDone)
+	return p
+}
+
+// send hands u to the syncer, once it is free.
+func (p *pipe) send(u *unit) {
+	if !p.idle {
+		<-p.ready
+	}
+	p.idle = false
+	p.units <- u
+}
+
+// waitIdle waits until the syncer is free.
+func (p *pipe) waitIdle() {
+	if !p.idle {
+		<-p.ready
+		p.idle = true
+	}
+}
+
+// stop stops the syncer and then the applier, once they finished the
+// units they were given.
+func (p *pipe) stop() {
+	close(p.quit)
+	<-p.syncerDone
+	close(p.applied)
+	<-p.applierDone
+}
+
+// committer runs ops into the current unit and hands the unit to the
+// syncer whenever the syncer is free, until stopped is closed: while the
+// syncer logs one unit, the next fills with the ops that arrive.
+func (e *Engine) committer() {
+	defer close(e.committerDone)
+	p := e.startPipe()
+	defer p.stop()
+	cur := &unit{}
+	handOver := func() {
+		// Run what queued up while the syncer worked: the unit grows with
+		// the load, and so do the ops per sync.
+	drain:
+		for len(cur.ops) < maxGroup {
+			select {
+			case o := <-e.ops:
+				cur = e.run(cur, o, p)
+			default:
+				break drain
+			}
+		}
+		p.send(e.seal(cur))
+		cur = &unit{}
+	}
+	for {
+		switch {
+		case len(cur.ops) == 0:
+			select {
+			case o := <-e.ops:
+				cur = e.run(cur, o, p)
+			case <-e.stopped:
+				return
+			}
+		case len(cur.ops) >= maxGroup:
+			p.waitIdle()
+			handOver()
+		default:
+			select {
+			case <-p.ready:
+				p.idle = true
+				handOver()
+			case o := <-e.ops:
+				cur = e.run(cur, o, p)
+			case <-e.stopped:
+				p.send(e.seal(cur))
+				return
+			}
+		}
+	}
+}
+
+// begin gives u a fresh transaction, after retiring what Badger holds.
+func (e *Engine) begin(u *unit) {
+	e.retire()
+	u.txn = e.db.NewTransaction(true)
+	u.written = map[string]struct{}{}
+}
+
+// run runs one op in u and returns the unit that the next op joins: u, or
+// a new one if u outgrew a transaction and was handed over (which waits
+// for the syncer).
+func (e *Engine) run(u *unit, o op, p *pipe) *unit {
+	if err := e.brokenErr(); err != nil {
+		o.done <- err
+		return u
+	}
+	if u.txn == nil {
+		e.begin(u)
+	}
+	t := &Txn{e: e, u: u}
+	err := o.fn(t)
+	if errors.Is(err, ErrNoWrite) {
+		err, t.ents = nil, nil
+	}
+	if err != nil || len(t.ents) == 0 {
+		u.add(o, err, nil)
+		return u
+	}
+	err = apply(u.txn, t)
+	if err == nil {
+		u.add(o, nil, t)
+		return u
+	}
+	e.rebuild(u)
+	if !errors.Is(err, badger.ErrTxnTooBig) || len(u.ops) == 0 {
+		u.add(o, fmt.Errorf("commit: %w", err), nil)
+		return u
+	}
+	// Too big beside the others: hand them over, then give this op a
+	// transaction of its own.
+	p.send(e.seal(u))
+	n := &unit{}
+	e.begin(n)
+	if err := apply(n.txn, t); err != nil {
+		n.txn.Discard()
+		n.txn = e.db.NewTransaction(true)
+		n.add(o, fmt.Errorf("commit: %w", err), nil)
+		return n
+	}
+	n.add(o, nil, t)
+	return n
+}
+
+// rebuild replaces u's transaction, into which an op's writes went in
+// part, by one holding the writes of the ops kept. Nothing of u was
+// committed, so what they read holds.
+func (e *Engine) rebuild(u *unit) {
+	u.txn.Discard()
+	u.txn = e.db.NewTransaction(true)
+	for _, t := range u.bufs {
+		if t == nil {
+			continue
+		}
+		if err := apply(u.txn, t); err != nil {
+			// What fit before must fit again; if not, give up the unit's
+			// writes.
+			u.txn.Discard()
+			u.txn = e.db.NewTransaction(true)
+			for k, t := range u.bufs {
+				if t != nil {
+					u.results[k], u.bufs[k] = fmt.Errorf("commit: %w", err), nil
+				}
+			}
+			return
+		}
+	}
+}
+
+func (u *unit) add(o op, err error, t *Txn) {
+	u.ops = append(u.ops, o)
+	u.results = append(u.results, err)
+	u.bufs = append(u.bufs, t)
+	if t != nil {
+		t.keys = make([]string, len(t.ents))
+		for i, e := range t.ents {
+			t.keys[i] = string(e.Key)
+			u.written[t.keys[i]] = struct{}{}
+		}
+	}
+}
+
+// seal numbers u and puts its writes in the pending index, where the ops
+// of the next units read them until Badger holds u.
+func (e *Engine) seal(u *unit) *unit {
+	e.seq++
+	u.seq = e.seq
+	e.pendingMu.Lock()
+	defer e.pendingMu.Unlock()
+	if e.pending == nil {
+		e.pending = map[string]pendingWrite{}
+	}
+	for _, t := range u.bufs {
+		if t == nil {
+			continue
+		}
+		for i, we := range t.ents {
+			k := t.keys[i]
+			w := pendingWrite{val: we.Value, del: we.Delete, expiresAt: we.ExpiresAt, seq: u.seq}
+			if prev, ok := e.pending[k]; ok {
+				if prev.seq == u.seq {
+					w.older = prev.older // a later op of the same unit
+				} else {
+					w.older = &prev
+				}
+			}
+			e.pending[k] = w
+			e.sealed = append(e.sealed, sealedKey{k, u.seq})
+		}
+	}
+	return u
+}
+
+type sealedKey struct {
+	key string
+	seq uint64
+}
+
+// retire drops from the pending index the writes of units Badger holds: a
+// transaction begun after this reads them from Badger. It runs before
+// every new transaction, and only then, so that a transaction never
+// misses a write that is in neither its snapshot nor the index.
+func (e *Engine) retire() {
+	done := e.retired.Load()
+	if len(e.sealed) == 0 || e.sealed[0].seq > done {
+		return
+	}
+	e.pendingMu.Lock()
+	defer e.pendingMu.Unlock()
+	i := 0
+	for ; i < len(e.sealed) && e.sealed[i].seq <= done; i++ {
+		k := e.sealed[i]
+		w, ok := e.pending[k.key]
+		switch {
+		case !ok:
+		case w.seq <= done:
+			delete(e.pending, k.key)
+		default:
+			// A later unit wrote the key again: drop the older writes
+			// that Badger now holds.
+			for n := &w; n.older != nil; n = n.older {
+				if n.older.seq <= done {
+					n.older = nil
+					break
+				}
+			}
+			e.pending[k.key] = w
+		}
+	}
+	if i > 0 {
+		e.sealed = append(e.sealed[:0], e.sealed[i:]...)
+	}
+}
+
+// apply writes an op's buffered writes into txn, in order, as fresh
+// entries (an entry given to a discarded transaction is not reused).
+func apply(txn *badger.Txn, t *Txn) error {
+	for _, e := range t.ents {
+		if err := setEntry(txn, e.Key, e.Value, e.Delete, e.ExpiresAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setEntry(txn *badger.Txn, key, val []byte, del bool, expiresAt uint64) error {
+	if del {
+		return txn.Delete(key)
+	}
+	ne := badger.NewEntry(key, val)
+	ne.ExpiresAt = expiresAt
+	return txn.SetEntry(ne)
+}

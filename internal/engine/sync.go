@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"fmt"
+)
+
+// The states in which the syncer hands a unit to the applier.
+const (
+	unitFailed    = iota + 1 // nothing of it holds; its ops got the error
+	unitEmpty                // it wrote nothing
+	unitCommitted            // Badger holds it (Fast)
+	unitLogged               // durable in the log, to commit to Badger
+)
+
+// syncer finishes the units the committer hands it, one at a time: it
+// asks for the next by sending on ready. It hands every unit on to the
+// applier, in order, once its ops are answered.
+func (e *Engine) syncer(p *pipe) {
+	defer close(p.syncerDone)
+	for {
+		select {
+		case p.ready <- struct{}{}:
+			select {
+			case u := <-p.units:
+				e.finish(u, p.applied)
+			case <-p.quit:
+				return
+			}
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// finish makes u durable and answers its ops: the log frame and its sync
+// (Durable), or the Badger commit (Fast), then the ops' OnCommit hooks in
+// order. Under Durable the applier commits u to Badger afterwards, while
+// the ops' callers go on and the syncer logs the next unit. If any step
+// fails, the engine stops writing until it is reopened: later units read
+// u's writes from the pending index, so they cannot go on as if u had not
+// been.
+func (e *Engine) finish(u *unit, applied chan<- *unit) {
+	if err := e.brokenErr(); err != nil {
+		e.fail(u, err, applied)
+		return
+	}
+	wrote := false
+	for _, t := range u.bufs {
+		wrote = wrote || t != nil
+	}
+	switch {
+	case !wrote:
+		u.state = unitEmpty
+	case e.log == nil:
+		if err := u.txn.Commit(); err != nil {
+			e.fail(u, e.breakWith(fmt.Errorf("commit: %w", err)), applied)
+			return
+		}
+		u.state = unitCommitted
+	default:
+		if e.opts.BeforeLog != nil {
+			e.opts.BeforeLog(u.seq)
+		}
+		if err := e.logUnit(u); err != nil {
+			e.fail(u, e.breakWith(err), applied)
+			return
+		}
+		// Durable once synced: answer now, and let the applier commit to
+		// Badger. Until it does, readers find u's writes pending.
+		e.durable.Store(u.seq)
+		u.state = unitLogged
+	}
+	// The hooks run before the applier may commit u: once it has, the
+	// committer no longer finds u's writes pending, and reads what the
+	// hooks left in Options.Resident.
+	for _, t := range u.bufs {
+		if t != nil {
+			for _, fn := range t.after {
+				fn()
+			}
+		}
+	}
+	// A lone caller is woken after the applier, a group's callers before
+	// it (docs/engine.md, "Wake-up order").
+	if len(u.ops) == 1 {
+		applied <- u
+		e.wake(u)
+		return
+	}
+	e.wake(u)
+	applied <- u
+}
+
+// fail answers u's ops with err: nothing of u is durable, readers never
+// look at its pending writes, and the applier lets the committer retire
+// them.
+func (e *Engine) fail(u *unit, err error, applied chan<- *unit) {
+	u.state = unitFailed
+	for i := range u.ops {
+		if u.results[i] == nil || u.bufs[i] != nil {
+			u.results[i] = err
+		}
+		u.ops[i].done <- u.results[i]
+	}
+	applied <- u
+}
+
+// wake answers u's ops.
+func (e *Engine) wake(u *unit) {
+	for i, o := range u.ops {
+		o.done <- u.results[i]
+	}
+}
+
+// applier commits logged units to Badger in the order they were synced,
+// and marks each unit retired once Badger holds it (or once nothing of it
+// is to hold), in order, so that the committer drops a unit's pending
+// writes only when a transaction begun afterwards reads them from Badger.
+// After a failed commit it commits nothing more and retires nothing:
+// readers keep finding the durable writes pending, and the log holds
+// them for the reopen.
+func (e *Engine) applier(units <-chan *unit, done chan<- struct{}) {
+	defer close(done)
+	stuck := false // a logged unit is not in Badger: retire nothing more
+	for u := range units {
+		switch {
+		case u.state == unitLogged && !stuck && e.brokenErr() == nil:
+			if e.opts.BeforeApply != nil {
+				e.opts.BeforeApply(u.seq)
+			}
+			if err := u.txn.Commit(); err != nil {
+				e.breakWith(fmt.Errorf("commit: %w", err))
+				stuck = true
+			}
+		case u.state == unitLogged:
+			u.txn.Discard()
+			stuck = true
+		case u.state != unitCommitted && u.txn != nil:
+			u.txn.Discard()
+		}
+		if !stuck {
+			e.retired.Store(u.seq)
+		}
+		e.settleMu.Lock()
+		e.settleCond.Broadcast()
+		e.settleMu.Unlock()
+	}
+}
+
+// settle waits until Badger holds every answered write, for readers that
+// scan Badger rather than Read one key. Once writing stopped, it does not
+// wait.
+func (e *Engine) settle() {
+	d := e.durable.Load()
+	if d <= e.retired.Load() {
+		return
+	}
+	e.settleMu.Lock()
+	for e.retired.Load() < d && e.brokenErr() == nil {
+		e.settleCond.Wait()
+	}
+	e.settleMu.Unlock()
+}
+
+// breakWith records the failure that stops writing, and returns the error
+// ops get from now on.
+func (e *Engine) breakWith(err error) error {
+	e.brokenMu.Lock()
+	defer e.brokenMu.Unlock()
+	if e.broken == nil {
+		e.broken = fmt.Errorf("a commit failed; reopen the store to recover: %w", err)
+	}
+	return e.broken
+}
+
+// brokenErr returns the error that stopped writing, if any.
+func (e *Engine) brokenErr() error {
+	e.brokenMu.Lock()
+	defer e.brokenMu.Unlock()
+	return e.broken
+}
+
+// logUnit makes the writes of u durable in the log before its
+// transaction is committed: one frame, one sync.
+func (e *Engine) logUnit(u *unit) error {
+	l := e.log
+	l.Begin()
+	for _, t := range u.bufs {
+		if t != nil {
+			for _, en := range t.ents {
+				l.Add(en)
+			}
+		}
+	}
+	if l.Full() {
+		// The log may start afresh only once Badger holds, and has
+		// synced, everything logged so far.
+		e.settle()
+		if err := e.brokenErr(); err != nil {
+			return err
+		}
+		if err := e.checkpoint(); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	if err := l.Commit(); err != nil {
+		return fmt.Errorf("log write: %w", err)
+	}
+	return nil
+}
