@@ -12,7 +12,8 @@ const (
 	wordAlse = 'a' | 'l'<<8 | 's'<<16 | 'e'<<24 // false after the f
 )
 
-// scan continues the parse of appendJSON from body[i], in state at, writing
+// scan continues the parse of appendJSON from body[i], in state at (never
+// atColon), writing
 // to out from n on, for as long as the tokens are common ones (strings that
 // need no decoding, small numbers, literals, brackets and separators), and
 // returns where it stopped: the new n and i, and the state there. It stops
@@ -32,8 +33,6 @@ func (e *Encoder) scan(out []byte, n int, body []byte, i int, at scanState) (int
 		goto name
 	case atAfter:
 		goto after
-	case atColon:
-		return n, i, at
 	}
 
 value:
@@ -42,22 +41,24 @@ value:
 	}
 	switch c := body[i]; c {
 	case '"':
-		k, _ := shortString((*[33]byte)(out[n:n+33]), body, i)
-		if k < 0 {
-			return n, i, atValue
-		}
-		n += 1 + k
-		i += 2 + k
+		at = atValue
+		goto text
 	case '[', '{':
-		if len(e.stack) >= e.maxDepth || len(e.stack) == cap(e.stack) {
+		// Empty containers, and a full stack, are left to step. The
+		// tags are the brackets, and each closer is its opener plus 2.
+		j := skipSpace(body, i+1)
+		if len(e.stack) >= e.maxDepth || len(e.stack) == cap(e.stack) || j < len(body) && body[j] == c+2 {
 			return n, i, atValue
 		}
-		switch n, i, at = e.open(out, n, body, i); at {
-		case atName:
-			goto name
-		case atValue:
+		out[n] = c
+		n++
+		i = j
+		if c == '[' {
+			e.push(-1)
 			goto value
 		}
+		e.push(len(e.members))
+		goto name
 	case 't', 'n', 'f':
 		tag, size := literal(body, i)
 		if size == 0 {
@@ -77,14 +78,46 @@ value:
 	goto after
 
 name:
-	// As for a value string above, and the name's member recorded.
 	if i >= len(body) || len(out)-n < fastRoom || body[i] != '"' || len(e.members) == cap(e.members) {
 		return n, i, atName
 	}
+	at = atName
+
+text:
+	// A string, plain ASCII text of up to 31 bytes (the most a one-byte
+	// tag holds): the closing quote is found in registers, 16 bytes at a
+	// time, and the text copied in words whatever its length. at says
+	// whether it is a value or a member name.
 	{
-		k, w0 := shortString((*[33]byte)(out[n:n+33]), body, i)
-		if k < 0 {
-			return n, i, atName
+		var text *[16]byte
+		if i+17 <= len(body) {
+			text = (*[16]byte)(body[i+1 : i+17])
+		} else {
+			text = tail(body, i+1)
+		}
+		w0 := binary.LittleEndian.Uint64(text[:8])
+		w1 := binary.LittleEndian.Uint64(text[8:])
+		dst := (*[33]byte)(out[n : n+33])
+		binary.LittleEndian.PutUint64(dst[1:9], w0)
+		binary.LittleEndian.PutUint64(dst[9:17], w1)
+		k := 16 // the length of the text
+		if m := specialBytes(w0); m != 0 {
+			k = bits.TrailingZeros64(m) >> 3
+		} else if m := specialBytes(w1); m != 0 {
+			k = 8 + bits.TrailingZeros64(m)>>3
+		}
+		if k < 16 {
+			if text[k&15] != '"' {
+				return n, i, at
+			}
+		} else if k = longerText(dst, body, i); k < 0 {
+			return n, i, at
+		}
+		dst[0] = tagShortString | byte(k)
+		if at == atValue {
+			n += 1 + k
+			i += 2 + k
+			goto after
 		}
 		// The sort prefix (see member), from the words in hand: loading
 		// it back from out right after the store would stall on store
@@ -99,16 +132,10 @@ name:
 		n += 1 + k
 		i += 2 + k
 	}
-	if i < len(body) && body[i] == ':' {
-		i++
-	} else {
-		i = skipSpace(body, i)
-		if i >= len(body) || body[i] != ':' {
-			return n, i, atColon
-		}
-		i++
+	if i = skipSpace(body, i); i >= len(body) || body[i] != ':' {
+		return n, i, atColon
 	}
-	i = skipSpace(body, i)
+	i = skipSpace(body, i+1)
 	goto value
 
 after:
@@ -171,3 +198,31 @@ func literal(body []byte, i int) (byte, int) {
 	}
 	return 0, 0
 }
+
+// longerText continues scan's search for the closing quote of a string
+// whose text, at body[i+1:], holds 16 plain ASCII bytes: it copies the
+// next 16 to dst[17:33] and returns the length of the text when the quote
+// is among them, or -1.
+func longerText(dst *[33]byte, body []byte, i int) int {
+	if i+33 > len(body) {
+		return -1
+	}
+	text := (*[16]byte)(body[i+17 : i+33])
+	w2 := binary.LittleEndian.Uint64(text[:8])
+	w3 := binary.LittleEndian.Uint64(text[8:])
+	binary.LittleEndian.PutUint64(dst[17:25], w2)
+	binary.LittleEndian.PutUint64(dst[25:33], w3)
+	k := 0
+	if m := specialBytes(w2); m != 0 {
+		k = bits.TrailingZeros64(m) >> 3
+	} else if m := specialBytes(w3); m != 0 {
+		k = 8 + bits.TrailingZeros64(m)>>3
+	} else {
+		return -1
+	}
+	if text[k&15] != '"' {
+		return -1
+	}
+	return 16 + k
+}
+
