@@ -13,18 +13,20 @@ const (
 )
 
 // scan continues the parse of appendJSON from body[i], in state at (never
-// atColon), writing
-// to out from n on, for as long as the tokens are common ones (strings that
-// need no decoding, small numbers, literals, brackets and separators), and
-// returns where it stopped: the new n and i, and the state there. It stops
-// before any token it does not take, leaving it whole to step, except that
-// it stops after a member name whose colon does not follow (atColon). It
-// writes nothing past n+fastRoom before checking for room again.
+// atColon), writing to out from n on, for as long as the tokens are common
+// ones (strings that need no decoding, small numbers, literals, brackets
+// and separators), and returns where it stopped: the new n and i, and the
+// state there. It stops before any token it does not take, leaving it
+// whole to step, except that it stops after a member name whose colon does
+// not follow (atColon). It writes nothing past n+fastRoom before checking
+// for room again.
 //
-// scan is one loop of gotos rather than a function per state because each
-// call that returns into the loop makes the compiler spill its registers,
-// which on the common tokens costs more than the token: see
-// docs/fingerprint.md. The calls it keeps are for the longer tokens.
+// scan is one function of gotos, over the usual size and complexity,
+// because a call that returns into it makes the compiler spill its
+// registers around the call, which costs more than a common token: with a
+// function per token kind it measured 5-7% slower (docs/fingerprint.md).
+// The calls it keeps are for the rarer tokens: numbers, strings of 16 to
+// 31 bytes, unsorted objects.
 func (e *Encoder) scan(out []byte, n int, body []byte, i int, at scanState) (int, int, scanState) {
 	body = body[:len(body):len(body)] // so that one register holds both
 	out = out[:len(out):len(out)]
@@ -119,16 +121,7 @@ text:
 			i += 2 + k
 			goto after
 		}
-		// The sort prefix (see member), from the words in hand: loading
-		// it back from out right after the store would stall on store
-		// forwarding. The shift is 64 or more, and the mask all ones,
-		// for names of eight bytes or more.
-		ms := e.members[:len(e.members)+1] // within capacity
-		ms[len(ms)-1] = member{
-			key: n, val: n + 1 + k, at: i,
-			pfx: uint64(tagShortString|k)<<56 | bits.ReverseBytes64(w0&(1<<(8*uint(k))-1))>>8,
-		}
-		e.members = ms
+		e.addShortName(n, k, i, w0)
 		n += 1 + k
 		i += 2 + k
 	}
@@ -163,7 +156,8 @@ after:
 	case '}':
 		// Members whose prefixes rise are in order and distinct. Others
 		// are sorted by sortMembers: it reorders out in place, and on a
-		// duplicate it leaves out alone for step to report.
+		// duplicate it leaves out alone for step to report. (A function
+		// for this would not inline, and its call costs 2%.)
 		if e.top < 0 || len(out)-n < 16 {
 			return n, i, atAfter
 		}
@@ -180,6 +174,21 @@ after:
 	i++
 	e.pop()
 	goto after
+}
+
+// addShortName records the member whose name scan just wrote at out[n:],
+// a text of k < 32 bytes at body[i] that starts with the bytes of w0. The
+// sort prefix (see member) comes from the word in hand: loading it back
+// from out right after the store would stall on store forwarding. (The
+// shift is 64 or more, and the mask all ones, for k >= 8.) There must be
+// room for the member within the capacity of e.members.
+func (e *Encoder) addShortName(n, k, i int, w0 uint64) {
+	ms := e.members[:len(e.members)+1]
+	ms[len(ms)-1] = member{
+		key: n, val: n + 1 + k, at: i,
+		pfx: uint64(tagShortString|k)<<56 | bits.ReverseBytes64(w0&(1<<(8*uint(k))-1))>>8,
+	}
+	e.members = ms
 }
 
 // literal returns the tag and length of the literal true, false or null at
@@ -225,4 +234,3 @@ func longerText(dst *[33]byte, body []byte, i int) int {
 	}
 	return 16 + k
 }
-
