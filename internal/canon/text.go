@@ -17,55 +17,9 @@ func appendString(b, body []byte, i int) ([]byte, int, error) {
 	return appendStringSlow(b, body, i, j)
 }
 
-// shortString is scan's path for the commonest string, plain ASCII text of
-// at most 31 bytes (the most a one-byte tag holds), whose opening quote is
-// body[i]. It finds the closing quote in registers, 16 bytes at a time,
-// writes the tag to dst[0] and the text after it, copied in words whatever
-// its length, and returns the text's length and first eight bytes. For any
-// other string it returns -1, having written junk to dst.
-func shortString(dst *[33]byte, body []byte, i int) (int, uint64) {
-	var text *[16]byte
-	if i+17 <= len(body) {
-		text = (*[16]byte)(body[i+1 : i+17])
-	} else {
-		text = tail(body, i+1)
-	}
-	w0 := binary.LittleEndian.Uint64(text[:8])
-	w1 := binary.LittleEndian.Uint64(text[8:])
-	binary.LittleEndian.PutUint64(dst[1:9], w0)
-	binary.LittleEndian.PutUint64(dst[9:17], w1)
-	k := 0
-	if m := specialBytes(w0); m != 0 {
-		k = bits.TrailingZeros64(m) >> 3
-	} else if m := specialBytes(w1); m != 0 {
-		k = 8 + bits.TrailingZeros64(m)>>3
-	} else {
-		if i+33 > len(body) {
-			return -1, 0
-		}
-		text = (*[16]byte)(body[i+17 : i+33])
-		w2 := binary.LittleEndian.Uint64(text[:8])
-		w3 := binary.LittleEndian.Uint64(text[8:])
-		binary.LittleEndian.PutUint64(dst[17:25], w2)
-		binary.LittleEndian.PutUint64(dst[25:33], w3)
-		if m := specialBytes(w2); m != 0 {
-			k = 16 + bits.TrailingZeros64(m)>>3
-		} else if m := specialBytes(w3); m != 0 {
-			k = 24 + bits.TrailingZeros64(m)>>3
-		} else {
-			return -1, 0
-		}
-	}
-	if text[k&15] != '"' {
-		return -1, 0
-	}
-	dst[0] = tagShortString | byte(k)
-	return k, w0
-}
-
 // tail returns the bytes of body from i on, fewer than 16, in a 16-byte
 // array padded with zeros: a string's text near the end of the body, for
-// shortString. The zeros are control characters, so the search stops at
+// scan. The zeros are control characters, so the search stops at
 // them and never takes them for a closing quote.
 func tail(body []byte, i int) *[16]byte {
 	var t [16]byte
