@@ -159,7 +159,20 @@ func (e *Encoder) permute(b []byte, ms []member, order []int) {
 		// order: typically a short member after a long one holding
 		// nested values. Shifting the long run in place copies it once
 		// instead of twice.
-		rotateShort(b, start, mid, end)
+		if mid-start > 16 {
+			rotate(b, start, mid, end)
+			return
+		}
+		// Both runs fit a 16-byte move: swap them in registers. The
+		// second move runs past end; the 16 bytes there are put back.
+		// (Inline: a call here measured 1-2% on the refund body.)
+		src := b[:cap(b)]
+		first := *(*[16]byte)(src[start : start+16])
+		last := *(*[16]byte)(src[mid : mid+16])
+		after := *(*[16]byte)(src[end : end+16])
+		*(*[16]byte)(src[start : start+16]) = last
+		*(*[16]byte)(src[start+end-mid : start+end-mid+16]) = first
+		*(*[16]byte)(src[end : end+16]) = after
 		return
 	}
 	if cap(e.tmp) < end-start+16 {
@@ -179,21 +192,9 @@ func (e *Encoder) permute(b []byte, ms []member, order []int) {
 	copy(b[start:end], tmp[:w])
 }
 
-// rotateShort swaps b[start:mid] with the run b[mid:end] of at most 16
-// bytes after it. b must have 16 bytes of capacity after end.
-func rotateShort(b []byte, start, mid, end int) {
-	if mid-start <= 16 {
-		// Both runs fit a 16-byte move: swap them in registers. The
-		// second move runs past end; the 16 bytes there are put back.
-		src := b[:cap(b)]
-		first := *(*[16]byte)(src[start : start+16])
-		last := *(*[16]byte)(src[mid : mid+16])
-		after := *(*[16]byte)(src[end : end+16])
-		*(*[16]byte)(src[start : start+16]) = last
-		*(*[16]byte)(src[start+end-mid : start+end-mid+16]) = first
-		*(*[16]byte)(src[end : end+16]) = after
-		return
-	}
+// rotate swaps b[start:mid] with the run b[mid:end] of at most 16 bytes
+// after it.
+func rotate(b []byte, start, mid, end int) {
 	var last [16]byte
 	copy(last[:], b[mid:end])
 	copy(b[start+end-mid:end], b[start:mid])

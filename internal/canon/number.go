@@ -7,57 +7,8 @@ import "encoding/binary"
 // bound keeps exponent arithmetic far from int64 overflow.
 const maxExponent = 1e18 - 1
 
-// shortNumber is scan's path for the commonest numbers: zero, and integers
-// or decimal fractions of at most 16 digits in each part and 31 in all,
-// without an exponent, whose last digit is not a zero. Those need no
-// arithmetic: the digits are copied, the fraction's over the excess of the
-// integer part's words, and the exponent is minus the fraction's length.
-// It writes the encoding of the number at body[i] to dst and returns its
-// length and the offset after the number, or 0 for any other number,
-// having written junk to dst.
-func shortNumber(dst *[34]byte, body []byte, i int) (int, int) {
-	tag := byte(tagShortPositive)
-	j := i
-	if body[i] == '-' {
-		tag = tagShortNegative
-		j++
-	}
-	e := skipDigits(body, j)
-	d := e - j // digits of the integer part
-	if d == 0 || d > 16 || body[j] == '0' && d > 1 {
-		return 0, i
-	}
-	next := byteAt(body, e)
-	if body[j] == '0' {
-		if next == '.' || next|0x20 == 'e' {
-			return 0, i
-		}
-		dst[0] = tagZero
-		return 1, e
-	}
-	copyDigits((*[16]byte)(dst[1:17]), body, j, d)
-	exp := byte(0) // the zigzag varint of the exponent: one byte
-	if next == '.' {
-		f := e + 1 // the start of the fraction
-		e = skipDigits(body, f)
-		if e == f || e-f > 16 {
-			return 0, i
-		}
-		copyDigits((*[16]byte)(dst[1+d:17+d]), body, f, e-f)
-		exp = byte(2*(e-f) - 1) // -(e-f)
-		d += e - f
-		next = byteAt(body, e)
-	}
-	if next|0x20 == 'e' || body[e-1] == '0' || d > maxShort {
-		return 0, i
-	}
-	dst[0] = tag | byte(d)
-	dst[1+d] = exp
-	return 2 + d, e
-}
-
 // copyDigits copies the n <= 16 bytes at body[from:] to dst, in two words
-// when the body has 16 bytes there.
+// when the body has 16 bytes there: scan's copy of a number's digits.
 func copyDigits(dst *[16]byte, body []byte, from, n int) {
 	if from+16 <= len(body) {
 		src := body[from : from+16]

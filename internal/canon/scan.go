@@ -21,12 +21,13 @@ const (
 // not follow (atColon). It writes nothing past n+fastRoom before checking
 // for room again.
 //
-// scan is one function of gotos, over the usual size and complexity,
-// because a call that returns into it makes the compiler spill its
-// registers around the call, which costs more than a common token: with a
-// function per token kind it measured 5-7% slower (docs/fingerprint.md).
-// The calls it keeps are for the rarer tokens: numbers, strings of 16 to
-// 31 bytes, unsorted objects.
+// scan is one function of gotos, over the usual size and complexity
+// (about 190 lines, cyclomatic complexity 55), because a call that returns
+// into it makes the compiler spill its registers around the call, which
+// costs more than a common token: with the number and string paths as
+// functions it measured 4-8% slower on the refund body of
+// BenchmarkFingerprint (docs/fingerprint.md). The calls it keeps are for
+// rarer events: unsorted objects, and tokens it hands to step.
 func (e *Encoder) scan(out []byte, n int, body []byte, i int, at scanState) (int, int, scanState) {
 	body = body[:len(body):len(body)] // so that one register holds both
 	out = out[:len(out):len(out)]
@@ -70,11 +71,52 @@ value:
 		n++
 		i += size
 	default:
-		size, end := shortNumber((*[34]byte)(out[n:n+34]), body, i)
-		if size == 0 {
+		// A number: zero, or an integer or decimal fraction of at most 16
+		// digits in each part and 31 in all, without an exponent, whose
+		// last digit is not a zero. Those need no arithmetic: the digits
+		// are copied, the fraction's over the excess of the integer
+		// part's words, and the exponent is minus the fraction's length.
+		tag := byte(tagShortPositive)
+		j := i
+		if c == '-' {
+			tag = tagShortNegative
+			j++
+		}
+		end := skipDigits(body, j)
+		d := end - j // digits of the integer part
+		if d == 0 || d > 16 || body[j] == '0' && d > 1 {
 			return n, i, atValue
 		}
-		n += size
+		next := byteAt(body, end)
+		if body[j] == '0' {
+			if next == '.' || next|0x20 == 'e' {
+				return n, i, atValue
+			}
+			out[n] = tagZero
+			n++
+			i = end
+			goto after
+		}
+		dst := (*[34]byte)(out[n : n+34])
+		copyDigits((*[16]byte)(dst[1:17]), body, j, d)
+		exp := byte(0) // the zigzag varint of the exponent: one byte
+		if next == '.' {
+			f := end + 1 // the start of the fraction
+			end = skipDigits(body, f)
+			if end == f || end-f > 16 {
+				return n, i, atValue
+			}
+			copyDigits((*[16]byte)(dst[1+d:17+d]), body, f, end-f)
+			exp = byte(2*(end-f) - 1) // zigzag of -(end-f)
+			d += end - f
+			next = byteAt(body, end)
+		}
+		if next|0x20 == 'e' || body[end-1] == '0' || d > maxShort {
+			return n, i, atValue
+		}
+		dst[0] = tag | byte(d)
+		dst[1+d] = exp
+		n += 2 + d
 		i = end
 	}
 	goto after
@@ -102,17 +144,29 @@ text:
 		dst := (*[33]byte)(out[n : n+33])
 		binary.LittleEndian.PutUint64(dst[1:9], w0)
 		binary.LittleEndian.PutUint64(dst[9:17], w1)
-		k := 16 // the length of the text
+		k := 0
 		if m := specialBytes(w0); m != 0 {
 			k = bits.TrailingZeros64(m) >> 3
 		} else if m := specialBytes(w1); m != 0 {
 			k = 8 + bits.TrailingZeros64(m)>>3
-		}
-		if k < 16 {
-			if text[k&15] != '"' {
+		} else {
+			if i+33 > len(body) {
 				return n, i, at
 			}
-		} else if k = longerText(dst, body, i); k < 0 {
+			text = (*[16]byte)(body[i+17 : i+33])
+			w2 := binary.LittleEndian.Uint64(text[:8])
+			w3 := binary.LittleEndian.Uint64(text[8:])
+			binary.LittleEndian.PutUint64(dst[17:25], w2)
+			binary.LittleEndian.PutUint64(dst[25:33], w3)
+			if m := specialBytes(w2); m != 0 {
+				k = 16 + bits.TrailingZeros64(m)>>3
+			} else if m := specialBytes(w3); m != 0 {
+				k = 24 + bits.TrailingZeros64(m)>>3
+			} else {
+				return n, i, at
+			}
+		}
+		if text[k&15] != '"' {
 			return n, i, at
 		}
 		dst[0] = tagShortString | byte(k)
@@ -206,31 +260,4 @@ func literal(body []byte, i int) (byte, int) {
 		return tagFalse, 5
 	}
 	return 0, 0
-}
-
-// longerText continues scan's search for the closing quote of a string
-// whose text, at body[i+1:], holds 16 plain ASCII bytes: it copies the
-// next 16 to dst[17:33] and returns the length of the text when the quote
-// is among them, or -1.
-func longerText(dst *[33]byte, body []byte, i int) int {
-	if i+33 > len(body) {
-		return -1
-	}
-	text := (*[16]byte)(body[i+17 : i+33])
-	w2 := binary.LittleEndian.Uint64(text[:8])
-	w3 := binary.LittleEndian.Uint64(text[8:])
-	binary.LittleEndian.PutUint64(dst[17:25], w2)
-	binary.LittleEndian.PutUint64(dst[25:33], w3)
-	k := 0
-	if m := specialBytes(w2); m != 0 {
-		k = bits.TrailingZeros64(m) >> 3
-	} else if m := specialBytes(w3); m != 0 {
-		k = 8 + bits.TrailingZeros64(m)>>3
-	} else {
-		return -1
-	}
-	if text[k&15] != '"' {
-		return -1
-	}
-	return 16 + k
 }
