@@ -21,13 +21,12 @@ const (
 // not follow (atColon). It writes nothing past n+fastRoom before checking
 // for room again.
 //
-// scan is one function of gotos, over the usual size and complexity
-// (about 190 lines, cyclomatic complexity 55), because a call that returns
-// into it makes the compiler spill its registers around the call, which
-// costs more than a common token: with the number and string paths as
-// functions it measured 4-8% slower on the refund body of
-// BenchmarkFingerprint (docs/fingerprint.md). The calls it keeps are for
-// rarer events: unsorted objects, and tokens it hands to step.
+// scan is one function of gotos, over the usual size and complexity,
+// because a call that returns into it makes the compiler spill its
+// registers around the call, which costs more than a common token: with
+// the number and string paths as functions it measured 4-8% slower on the
+// refund body of BenchmarkFingerprint (docs/fingerprint.md). Its only call
+// sorts an object that closes out of order.
 func (e *Encoder) scan(out []byte, n int, body []byte, i int, at scanState) (int, int, scanState) {
 	body = body[:len(body):len(body)] // so that one register holds both
 	out = out[:len(out):len(out)]
