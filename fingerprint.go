@@ -83,8 +83,9 @@ func (f Fingerprinter) Sum(method, route, contentType string, body []byte) (stri
 
 	st := statePool.Get().(*fpState)
 	defer st.release()
-	// The canonical encoding (internal/canon) is head followed by tail;
-	// tail is a body hashed byte for byte, not copied.
+	// The canonical encoding (internal/canon; design notes in
+	// docs/fingerprint.md) is head followed by tail, a body hashed byte
+	// for byte rather than copied.
 	head, tail, err := st.enc.Request(method, route, contentType, body, maxDepth)
 	if err != nil {
 		return "", jsonError(err)
