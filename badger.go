@@ -507,7 +507,7 @@ func getRecord(txn getter, id []byte) (*Record, error) {
 	var rec *Record
 	err = item.Value(func(v []byte) error {
 		var derr error
-		rec, derr = UnmarshalRecord(v)
+		rec, derr = unmarshalRecord(v)
 		return derr
 	})
 	return rec, err
@@ -517,7 +517,7 @@ func getRecord(txn getter, id []byte) (*Record, error) {
 // Badger's TTL relative to the record's expiry. It returns the encoded
 // record, which nothing may change.
 func (b *BadgerBackend) put(txn *wtxn, id []byte, rec *Record, ttlFrom time.Time) ([]byte, error) {
-	v, err := MarshalRecord(rec)
+	v, err := marshalRecord(rec)
 	if err != nil {
 		return nil, err
 	}
@@ -737,7 +737,7 @@ func (b *BadgerBackend) peek(scope, key string, id []byte) (*Record, error) {
 		return overlayRecord(e)
 	}
 	if v := b.openRecord(id); v != nil {
-		return UnmarshalRecord(v) // a claim in progress, as last made durable
+		return unmarshalRecord(v) // a claim in progress, as last made durable
 	}
 	var rec *Record
 	err := b.db.View(func(txn *badger.Txn) error {
@@ -817,7 +817,7 @@ func (b *BadgerBackend) Stale(ctx context.Context, now time.Time, limit int) ([]
 		}
 		// The open claims hold each record as last stored, durable: no
 		// read of Badger, however many records it holds.
-		rec, err := UnmarshalRecord(d.val)
+		rec, err := unmarshalRecord(d.val)
 		if err != nil {
 			return nil, unavailable("stale", err)
 		}
@@ -1151,7 +1151,7 @@ func (b *BadgerBackend) addTally(w *wtxn, id []byte, t Tally) (int, error) {
 		if expiresAt == 0 {
 			// No TTL: in progress (done and released records get one when
 			// they are written), unless written by a tool; decode to know.
-			rec, err := UnmarshalRecord(v)
+			rec, err := unmarshalRecord(v)
 			if errors.Is(err, ErrCorrupt) {
 				return 0, nil // left for an operator
 			}
@@ -1160,7 +1160,7 @@ func (b *BadgerBackend) addTally(w *wtxn, id []byte, t Tally) (int, error) {
 			}
 			if rec.State == StateInProgress {
 				rec.Apply(t)
-				v, err := MarshalRecord(rec)
+				v, err := marshalRecord(rec)
 				if err != nil {
 					return 0, err
 				}
@@ -1223,7 +1223,7 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 			var rec *Record
 			if err := it.Item().Value(func(v []byte) error {
 				var err error
-				rec, err = UnmarshalRecord(v)
+				rec, err = unmarshalRecord(v)
 				return err
 			}); err != nil {
 				return err

@@ -124,7 +124,7 @@ func (w *wtxn) record(id []byte) (*Record, error) {
 		// last write is durable, its hooks have run (finish), and it is
 		// what Badger holds.
 		if v := w.b.openRecord(id); v != nil {
-			return UnmarshalRecord(v)
+			return unmarshalRecord(v)
 		}
 	}
 	return getRecord(w.u.txn, id)
@@ -657,7 +657,7 @@ func overlayRecord(e overlayEntry) (*Record, error) {
 	if e.del || (e.expiresAt != 0 && e.expiresAt <= uint64(time.Now().Unix())) {
 		return nil, nil
 	}
-	return UnmarshalRecord(e.val)
+	return unmarshalRecord(e.val)
 }
 
 // breakWith records the failure that stops writing, and returns the error

@@ -1,78 +1,95 @@
 package idem
 
 import (
+	"errors"
 	"fmt"
+	"unsafe"
+
+	"github.com/idemkit/idem/internal/codec"
 )
 
-// The stored encoding of a Record, format 1, is the msgpack map that
-// github.com/vmihailenco/msgpack/v5 writes for a *Record from the struct
-// tags in record.go, with its default options. This file writes and reads
-// those bytes by hand, without reflection: what MarshalRecord writes is
-// byte for byte what msgpack.Marshal writes (the tests compare the two on
-// generated records), so that stores written before and after read each
-// other. In that encoding:
-//
-//   - fields come in struct order, keyed by their tag names, all fixstr;
-//     an omitempty field is left out when it is zero: a zero time, a zero
-//     number, false, an empty string, slice or map, a nil pointer;
-//   - uint8 fields (Format, State) are always uint8 (0xcc), uint64 (Token)
-//     always uint64 (0xcf), int64 and time.Duration always int64 (0xd3);
-//     int fields take the smallest integer form for their value;
-//   - a time is extension -1 in its 4-, 8- or 12-byte form (the zero time,
-//     in year 1, takes 12 bytes where it is not left out);
-//   - a []byte is bin8, bin16 or bin32; a nil []string among a header's
-//     values is a nil (0xc0), an empty one an empty array;
-//   - Result.Header's names are written here in sorted order, where
-//     msgpack writes them in map order: the encoding of a record with
-//     several header names is deterministic, and is msgpack's up to that
-//     order.
-//
-// The fast decoder (decodeRecord) reads what MarshalRecord or msgpack
-// writes. A record in any other form that msgpack reads (another integer
-// width, a nil for a value, an unknown field, a field twice, a struct as an
-// array), or a corrupt one, is left to msgpack (record_msgpack.go), so that
-// nothing that msgpack reads is refused and nothing is read differently.
+// Records are stored in the encoding of internal/codec (format 1, see
+// docs/record-format.md), whose types mirror Record, Result and Attempt
+// field for field. The functions here convert between the two.
 
-// MarshalRecord encodes a record in the current format, RecordFormat,
+// marshalRecord encodes a record in the current format, RecordFormat,
 // whatever r.Format says. It does not fail: the error is there for
 // encodings that could.
-func MarshalRecord(r *Record) ([]byte, error) {
-	return appendRecord(make([]byte, 0, recordSize(r)), r), nil
+func marshalRecord(r *Record) ([]byte, error) {
+	c := toCodec(r)
+	return codec.Marshal(&c), nil
 }
 
-// UnmarshalRecord decodes a record written by this or an earlier release.
+// unmarshalRecord decodes a record written by this or an earlier release.
 // Corrupt bytes, a record of a newer format, or one that fails basic
 // invariants give an error wrapping ErrCorrupt, never a panic. Bytes after
-// the record are ignored, as msgpack ignores them.
+// the record are ignored.
 //
-// The strings and the result body of a record decoded by the fast path
-// share one allocation: keeping any of them in memory keeps all of them.
-func UnmarshalRecord(b []byte) (rec *Record, err error) {
-	// The msgpack decoder panics on some malformed input (a nil where a
-	// struct is expected, found by FuzzUnmarshalRecord): corrupt bytes must
-	// give an error, never a panic.
-	defer func() {
-		if p := recover(); p != nil {
-			rec, err = nil, fmt.Errorf("%w: undecodable record: %v", ErrCorrupt, p)
+// It takes one allocation for the record, its result and a single attempt
+// (see recordBox), and one for its strings and body: keeping any of those
+// in memory keeps all of them.
+func unmarshalRecord(b []byte) (*Record, error) {
+	var p codec.Parts
+	if err := codec.Decode(b, &p); err != nil {
+		var ce *codec.CorruptError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("%w: %s", ErrCorrupt, ce.Reason)
 		}
-	}()
-	r, ok := decodeRecord(b)
-	if !ok {
-		if r, err = decodeRecordMsgpack(b); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	switch {
-	case r.Format == 0 || r.Format > RecordFormat:
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, r.Format)
-	case r.State != StateInProgress && r.State != StateDone && r.State != StateReleased:
-		return nil, fmt.Errorf("%w: unknown state %d", ErrCorrupt, r.State)
-	case r.State == StateDone && r.Result == nil:
-		return nil, fmt.Errorf("%w: done record without a result", ErrCorrupt)
-	case ValidateKey(r.Key) != nil || ValidateScope(r.Scope) != nil:
+	if ValidateKey(p.Record.Key) != nil || ValidateScope(p.Record.Scope) != nil {
 		return nil, fmt.Errorf("%w: malformed scope or key", ErrCorrupt)
 	}
-	return r, nil
+	r := fromCodec(&p.Record)
+	var res *Result
+	if p.HasResult {
+		res = (*Result)(&p.Result)
+	}
+	var one *Attempt
+	if p.HasOne {
+		one = (*Attempt)(&p.One)
+	}
+	return boxRecord(&r, res, one), nil
+}
+
+// toCodec returns r as the codec's record, sharing its result, attempts
+// and strings.
+func toCodec(r *Record) codec.Record {
+	return codec.Record{
+		Format: r.Format, Scope: r.Scope, Key: r.Key, State: uint8(r.State),
+		Fingerprint: r.Fingerprint, Token: r.Token, LeaseEnds: r.LeaseEnds, ExpiresAt: r.ExpiresAt,
+		Retention: r.Retention, Result: (*codec.Result)(r.Result), FirstSeen: r.FirstSeen,
+		ClaimedAt: r.ClaimedAt, DoneAt: r.DoneAt, Claims: r.Claims, Checks: r.Checks,
+		NextCheck: r.NextCheck, Attention: r.Attention, Recovered: r.Recovered, Owner: r.Owner,
+		Attempts: codecAttempts(r.Attempts), Replays: r.Replays, LastReplay: r.LastReplay,
+		Conflicts: r.Conflicts, Mismatches: r.Mismatches, LastRejection: r.LastRejection,
+	}
+}
+
+// fromCodec returns c as a Record, sharing its result, attempts and
+// strings.
+func fromCodec(c *codec.Record) Record {
+	return Record{
+		Format: c.Format, Scope: c.Scope, Key: c.Key, State: State(c.State),
+		Fingerprint: c.Fingerprint, Token: c.Token, LeaseEnds: c.LeaseEnds, ExpiresAt: c.ExpiresAt,
+		Retention: c.Retention, Result: (*Result)(c.Result), FirstSeen: c.FirstSeen,
+		ClaimedAt: c.ClaimedAt, DoneAt: c.DoneAt, Claims: c.Claims, Checks: c.Checks,
+		NextCheck: c.NextCheck, Attention: c.Attention, Recovered: c.Recovered, Owner: c.Owner,
+		Attempts: attempts(c.Attempts), Replays: c.Replays, LastReplay: c.LastReplay,
+		Conflicts: c.Conflicts, Mismatches: c.Mismatches, LastRejection: c.LastRejection,
+	}
+}
+
+// codecAttempts and attempts give a slice of attempts the other package's
+// type, in place, keeping nil, length and capacity. It is sound because
+// the pointer conversion inside compiles only while Attempt and
+// codec.Attempt have identical fields.
+func codecAttempts(as []Attempt) []codec.Attempt {
+	return unsafe.Slice((*codec.Attempt)(unsafe.SliceData(as)), cap(as))[:len(as)]
+}
+
+func attempts(as []codec.Attempt) []Attempt {
+	return unsafe.Slice((*Attempt)(unsafe.SliceData(as)), cap(as))[:len(as)]
 }
 
 // recordBox holds a record and its only attempt, and resultRecordBox a
@@ -115,43 +132,3 @@ func boxRecord(r *Record, res *Result, one *Attempt) *Record {
 	}
 	return c
 }
-
-// The msgpack type codes the codec writes and reads.
-const (
-	mpFixMap   = 0x80
-	mpFixArray = 0x90
-	mpFixStr   = 0xa0
-	mpNil      = 0xc0
-	mpFalse    = 0xc2
-	mpTrue     = 0xc3
-	mpBin8     = 0xc4
-	mpBin16    = 0xc5
-	mpBin32    = 0xc6
-	mpExt8     = 0xc7
-	mpExt16    = 0xc8
-	mpExt32    = 0xc9
-	mpFloat32  = 0xca
-	mpFloat64  = 0xcb
-	mpUint8    = 0xcc
-	mpUint16   = 0xcd
-	mpUint32   = 0xce
-	mpUint64   = 0xcf
-	mpInt8     = 0xd0
-	mpInt16    = 0xd1
-	mpInt32    = 0xd2
-	mpInt64    = 0xd3
-	mpFixExt1  = 0xd4
-	mpFixExt4  = 0xd6
-	mpFixExt8  = 0xd7
-	mpFixExt16 = 0xd8
-	mpStr8     = 0xd9
-	mpStr16    = 0xda
-	mpStr32    = 0xdb
-	mpArray16  = 0xdc
-	mpArray32  = 0xdd
-	mpMap16    = 0xde
-	mpMap32    = 0xdf
-
-	// mpTimeExt is msgpack's extension type for a time.Time.
-	mpTimeExt = 0xff // -1
-)

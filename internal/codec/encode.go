@@ -1,4 +1,4 @@
-package idem
+package codec
 
 import (
 	"encoding/binary"
@@ -7,10 +7,12 @@ import (
 	"time"
 )
 
-// MarshalRecord's encoder, for the format that record_codec.go describes:
-// recordSize computes the exact length of a record's encoding, so that
-// appendRecord writes it into one allocation. The two follow the same
-// fields in the same order; a test checks that they agree.
+// Marshal encodes r in format Format, whatever r.Format says, in one
+// allocation of its exact size. The bytes are described in
+// docs/record-format.md.
+func Marshal(r *Record) []byte {
+	return Append(make([]byte, 0, Size(r)), r)
+}
 
 // recordFields counts the fields of r's map: the 12 always written and
 // the omitempty ones that are not empty.
@@ -44,9 +46,9 @@ func b2i(b bool) int {
 	return 0
 }
 
-// recordSize is the exact length of r's encoding, so that MarshalRecord
-// allocates once. It follows appendRecord field by field.
-func recordSize(r *Record) int {
+// Size is the exact length of r's encoding. It follows Append field by
+// field; a test checks that the two agree.
+func Size(r *Record) int {
 	n := lenSize(recordFields(r)) +
 		2 + 2 + // v
 		3 + strSize(len(r.Scope)) +
@@ -60,98 +62,90 @@ func recordSize(r *Record) int {
 		3 + timeSize(r.FirstSeen) +
 		3 + timeSize(r.ClaimedAt) +
 		3 + intSize(int64(r.Claims))
-	if res := r.Result; res != nil {
-		n += 2 + lenSize(resultFields(res))
-		if res.Status != 0 {
-			n += 2 + intSize(int64(res.Status))
-		}
-		if len(res.Header) > 0 {
-			n += 2 + lenSize(len(res.Header))
-			for k, vs := range res.Header {
-				n += strSize(len(k))
-				if vs == nil {
-					n++
-					continue
-				}
-				n += lenSize(len(vs))
-				for _, v := range vs {
-					n += strSize(len(v))
-				}
-			}
-		}
-		if len(res.Body) > 0 {
-			n += 2 + binSize(len(res.Body))
-		}
-		if res.Error != "" {
-			n += 2 + strSize(len(res.Error))
-		}
-		if res.Truncated {
-			n += 2 + 1
-		}
+	if r.Result != nil {
+		n += 2 + resultSize(r.Result)
 	}
-	if !r.DoneAt.IsZero() {
-		n += 3 + timeSize(r.DoneAt)
-	}
-	if r.Checks != 0 {
-		n += 3 + intSize(int64(r.Checks))
-	}
-	if !r.NextCheck.IsZero() {
-		n += 3 + timeSize(r.NextCheck)
-	}
+	n += omittedTimeSize(3, r.DoneAt) + omittedIntSize(3, int64(r.Checks)) +
+		omittedTimeSize(3, r.NextCheck) + omittedStrSize(3, r.Recovered) + omittedStrSize(3, r.Owner)
 	if r.Attention {
 		n += 3 + 1
-	}
-	if r.Recovered != "" {
-		n += 3 + strSize(len(r.Recovered))
-	}
-	if r.Owner != "" {
-		n += 3 + strSize(len(r.Owner))
 	}
 	if len(r.Attempts) > 0 {
 		n += 2 + lenSize(len(r.Attempts))
 		for i := range r.Attempts {
-			a := &r.Attempts[i]
-			n += lenSize(attemptFields(a)) + 2 + 9 + 2 + timeSize(a.ClaimedAt)
-			if a.Owner != "" {
-				n += 2 + strSize(len(a.Owner))
+			n += attemptSize(&r.Attempts[i])
+		}
+	}
+	for _, v := range [...]int64{r.Replays, r.Conflicts, r.Mismatches} {
+		if v != 0 {
+			n += 3 + 9
+		}
+	}
+	return n + omittedTimeSize(3, r.LastReplay) + omittedTimeSize(3, r.LastRejection)
+}
+
+// resultSize is the length of res's map.
+func resultSize(res *Result) int {
+	n := lenSize(resultFields(res)) + omittedIntSize(2, int64(res.Status)) + omittedStrSize(2, res.Error)
+	if len(res.Header) > 0 {
+		n += 2 + lenSize(len(res.Header))
+		for k, vs := range res.Header {
+			n += strSize(len(k))
+			if vs == nil {
+				n++
+				continue
 			}
-			if !a.EndedAt.IsZero() {
-				n += 2 + timeSize(a.EndedAt)
-			}
-			if a.Outcome != "" {
-				n += 2 + strSize(len(a.Outcome))
-			}
-			if a.Reason != "" {
-				n += 2 + strSize(len(a.Reason))
-			}
-			if a.Status != 0 {
-				n += 2 + intSize(int64(a.Status))
+			n += lenSize(len(vs))
+			for _, v := range vs {
+				n += strSize(len(v))
 			}
 		}
 	}
-	if r.Replays != 0 {
-		n += 3 + 9
+	if len(res.Body) > 0 {
+		n += 2 + binSize(len(res.Body))
 	}
-	if !r.LastReplay.IsZero() {
-		n += 3 + timeSize(r.LastReplay)
-	}
-	if r.Conflicts != 0 {
-		n += 3 + 9
-	}
-	if r.Mismatches != 0 {
-		n += 3 + 9
-	}
-	if !r.LastRejection.IsZero() {
-		n += 3 + timeSize(r.LastRejection)
+	if res.Truncated {
+		n += 2 + 1
 	}
 	return n
 }
 
-// appendRecord appends r's encoding to b, with RecordFormat as its format.
-func appendRecord(b []byte, r *Record) []byte {
+// attemptSize is the length of a's map.
+func attemptSize(a *Attempt) int {
+	return lenSize(attemptFields(a)) + 2 + 9 + 2 + timeSize(a.ClaimedAt) +
+		omittedStrSize(2, a.Owner) + omittedTimeSize(2, a.EndedAt) + omittedStrSize(2, a.Outcome) +
+		omittedStrSize(2, a.Reason) + omittedIntSize(2, int64(a.Status))
+}
+
+// omittedStrSize, omittedIntSize and omittedTimeSize are the length of an
+// omitempty field with a key of keyLen bytes (its fixstr head included):
+// 0 when the value is empty.
+func omittedStrSize(keyLen int, s string) int {
+	if s == "" {
+		return 0
+	}
+	return keyLen + strSize(len(s))
+}
+
+func omittedIntSize(keyLen int, v int64) int {
+	if v == 0 {
+		return 0
+	}
+	return keyLen + intSize(v)
+}
+
+func omittedTimeSize(keyLen int, t time.Time) int {
+	if t.IsZero() {
+		return 0
+	}
+	return keyLen + timeSize(t)
+}
+
+// Append appends r's encoding to b, with Format as its format.
+func Append(b []byte, r *Record) []byte {
 	b = appendMapLen(b, recordFields(r))
 	b = append(b, "\xa1v"...)
-	b = append(b, mpUint8, RecordFormat)
+	b = append(b, mpUint8, Format)
 	b = appendStr(append(b, "\xa2sc"...), r.Scope)
 	b = appendStr(append(b, "\xa1k"...), r.Key)
 	b = append(b, "\xa2st"...)
