@@ -38,8 +38,9 @@ func testRecords() map[string]*Record {
 	return rs
 }
 
-// The codec's types mirror the API's: the same fields, in the same order,
-// with the same msgpack tags (the format) and types.
+// The codec's types mirror the API's: the same fields, in the same order
+// and at the same offsets (asCodec relies on it), with the same msgpack
+// tags (the format) and types.
 func TestRecordCodec_MirrorsTypes(t *testing.T) {
 	same := map[reflect.Type]reflect.Type{
 		reflect.TypeFor[State]():     reflect.TypeFor[uint8](),
@@ -54,13 +55,16 @@ func TestRecordCodec_MirrorsTypes(t *testing.T) {
 		if api.NumField() != c.NumField() {
 			t.Fatalf("%s has %d fields, %s %d", api, api.NumField(), c, c.NumField())
 		}
+		if api.Size() != c.Size() {
+			t.Fatalf("%s takes %d bytes, %s %d", api, api.Size(), c, c.Size())
+		}
 		for i := range api.NumField() {
 			f, g := api.Field(i), c.Field(i)
 			typ := f.Type
 			if m, ok := same[typ]; ok {
 				typ = m
 			}
-			if f.Name != g.Name || f.Tag.Get("msgpack") != g.Tag.Get("msgpack") || typ != g.Type {
+			if f.Name != g.Name || f.Tag.Get("msgpack") != g.Tag.Get("msgpack") || typ != g.Type || f.Offset != g.Offset {
 				t.Errorf("%s.%s %s %q is %s.%s %s %q in the codec", api, f.Name, f.Type, f.Tag.Get("msgpack"),
 					c, g.Name, g.Type, g.Tag.Get("msgpack"))
 			}

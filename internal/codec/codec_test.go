@@ -17,8 +17,8 @@ import (
 
 // checkCodec checks r's encoding against the reference: the same bytes
 // (up to the order of header names), a fast decode with no fallback to
-// msgpack that gives what msgpack decodes and what r holds, and Decode
-// agreeing with the reference's.
+// msgpack that gives what msgpack decodes and what r holds, and
+// Unmarshal agreeing with the reference's.
 func checkCodec(t *testing.T, r *Record) {
 	t.Helper()
 	got := Marshal(r)
@@ -43,14 +43,13 @@ func checkCodec(t *testing.T, r *Record) {
 	// Decode from a copy that is overwritten afterwards: the record must
 	// hold none of it.
 	scratch := bytes.Clone(got)
-	var p Parts
-	if !decodeFast(scratch, &p) {
+	fast, ok := decodeFast(scratch)
+	if !ok {
 		t.Fatalf("the fast decoder refused the encoding %x", got)
 	}
 	for i := range scratch {
 		scratch[i] = 0xc1
 	}
-	fast := assemble(&p)
 	if !reflect.DeepEqual(fast, &ref) {
 		t.Fatalf("fast decode differs from msgpack's\n got %+v\nwant %+v", fast, &ref)
 	}
@@ -63,8 +62,8 @@ func checkCodec(t *testing.T, r *Record) {
 	checkDecode(t, got)
 }
 
-// checkDecode checks that Decode and the reference decode b to the same
-// record, or both fail (Decode with a *CorruptError); and that whatever
+// checkDecode checks that Unmarshal and the reference decode b to the
+// same record, or both fail (Unmarshal with a *CorruptError); and that whatever
 // the fast decoder accepts, msgpack decodes to the same record. Where
 // checkMsgpack refuses b, msgpack must fail on it: the reference is run
 // then only if b holds no code for a str32, bin32, ext32, array32 or
@@ -73,8 +72,7 @@ func checkCodec(t *testing.T, r *Record) {
 func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
 	scratch := bytes.Clone(b)
-	var p Parts
-	err := Decode(scratch, &p)
+	got, err := Unmarshal(scratch)
 	for i := range scratch {
 		scratch[i] = 0xc1 // the record must hold none of it
 	}
@@ -84,7 +82,7 @@ func checkDecode(t *testing.T, b []byte) {
 	}
 	if !checkMsgpack(b) {
 		if err == nil {
-			t.Fatalf("Decode decodes %x, which checkMsgpack refuses", b)
+			t.Fatalf("Unmarshal decodes %x, which checkMsgpack refuses", b)
 		}
 		if !slices.ContainsFunc(b, func(c byte) bool {
 			return c == mpStr32 || c == mpBin32 || c == mpExt32 || c == mpArray32 || c == mpMap32
@@ -98,17 +96,16 @@ func checkDecode(t *testing.T, b []byte) {
 	want, werr := unmarshalReflect(b)
 	switch {
 	case (err == nil) != (werr == nil):
-		t.Fatalf("Decode(%x) = %v, the reference %v", b, err, werr)
-	case err == nil && !reflect.DeepEqual(assemble(&p), want):
-		t.Fatalf("Decode(%x) differs from the reference\n got %+v\nwant %+v", b, assemble(&p), want)
+		t.Fatalf("Unmarshal(%x) = %v, the reference %v", b, err, werr)
+	case !reflect.DeepEqual(got, want):
+		t.Fatalf("Unmarshal(%x) differs from the reference\n got %+v\nwant %+v", b, got, want)
 	}
-	var fp Parts
-	if decodeFast(b, &fp) {
+	if fast, ok := decodeFast(b); ok {
 		var ref Record
 		if err := unmarshalMsgpack(b, &ref); err != nil {
 			t.Fatalf("the fast decoder accepts %x, msgpack refuses it: %v", b, err)
 		}
-		if fast := assemble(&fp); !reflect.DeepEqual(fast, &ref) {
+		if !reflect.DeepEqual(fast, &ref) {
 			t.Fatalf("fast decode of %x differs from msgpack's\n got %+v\nwant %+v", b, fast, &ref)
 		}
 	}
@@ -192,7 +189,7 @@ func TestCodec_Reference_Edges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !decodeFast(golden, new(Parts)) {
+	if _, ok := decodeFast(golden); !ok {
 		t.Fatal("the fast decoder refuses the golden record")
 	}
 	checkDecode(t, golden)
@@ -200,7 +197,7 @@ func TestCodec_Reference_Edges(t *testing.T) {
 
 // Forms that msgpack reads and the fast decoder leaves to it: the record
 // decodes the same either way.
-func TestDecode_OtherForms(t *testing.T) {
+func TestUnmarshal_OtherForms(t *testing.T) {
 	ok := []byte("\x84\xa1v\xcc\x01\xa1k\xa1a\xa2st\xcc\x01\xa2tk\xcf\x00\x00\x00\x00\x00\x00\x00\x07")
 	for name, b := range map[string][]byte{
 		"canonical":                ok,
@@ -235,8 +232,8 @@ func TestDecode_OtherForms(t *testing.T) {
 	}
 }
 
-// What the format does not allow, Decode refuses with a reason.
-func TestDecode_Refuses(t *testing.T) {
+// What the format does not allow, Unmarshal refuses with a reason.
+func TestUnmarshal_Refuses(t *testing.T) {
 	golden, err := os.ReadFile("testdata/record-v1.msgpack")
 	if err != nil {
 		t.Fatal(err)
@@ -263,17 +260,13 @@ func TestDecode_Refuses(t *testing.T) {
 		"state 4":             {enc(Format, 4, &Result{}), "unknown state 4"},
 		"done without result": {enc(Format, stateDone, nil), "done record without a result"},
 	} {
-		var p Parts
-		err := Decode(c.in, &p)
+		r, err := Unmarshal(c.in)
 		var ce *CorruptError
-		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("%s: Decode = %v, want a *CorruptError", name, err)
+		if r != nil || !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: Unmarshal = %v, %v, want a *CorruptError", name, r, err)
 		}
 		if !strings.HasPrefix(ce.Reason, c.reason) {
 			t.Errorf("%s: reason %q, want %q", name, ce.Reason, c.reason)
-		}
-		if !reflect.DeepEqual(p, Parts{}) {
-			t.Errorf("%s: a refused record leaves %+v", name, p)
 		}
 	}
 }

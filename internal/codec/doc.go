@@ -5,15 +5,18 @@
 // after the codec read each other, and the tests compare the two on
 // generated records, byte for byte.
 //
-// Append writes one form of each value; Decode reads that form fast and
+// Append writes one form of each value; Unmarshal reads that form fast and
 // leaves every other form msgpack reads to msgpack itself, so nothing
-// msgpack reads is refused or read differently. Decode refuses, with a
+// msgpack reads is refused or read differently. Unmarshal refuses, with a
 // *CorruptError and never a panic, bytes msgpack cannot read whole, a
 // record of format 0 or newer than Format, of an unknown state, or done
 // without a result. It does not check keys: that is idem's rule.
 //
-// Marshal allocates once, the exact size. Decode allocates once for the
-// strings and the body together (they stay in memory as one), plus the
-// slice of attempts past a single one and the result's header; the record
-// itself goes into the caller's Parts, which idem boxes in one allocation.
+// Marshal allocates once, the exact size. Unmarshal allocates once for the
+// record, its result and a single attempt (Box), and once for the strings
+// and the body together (keeping any of them keeps all of them), plus the
+// attempts past a single one and the result's header.
+//
+// Record, Result and Attempt have the memory layout of idem's types of the
+// same names, which idem relies on to use one as the other without a copy.
 package codec

@@ -62,83 +62,91 @@ func Size(r *Record) int {
 		3 + timeSize(r.FirstSeen) +
 		3 + timeSize(r.ClaimedAt) +
 		3 + intSize(int64(r.Claims))
-	if r.Result != nil {
-		n += 2 + resultSize(r.Result)
+	if res := r.Result; res != nil {
+		n += 2 + lenSize(resultFields(res))
+		if res.Status != 0 {
+			n += 2 + intSize(int64(res.Status))
+		}
+		if len(res.Header) > 0 {
+			n += 2 + lenSize(len(res.Header))
+			for k, vs := range res.Header {
+				n += strSize(len(k))
+				if vs == nil {
+					n++
+					continue
+				}
+				n += lenSize(len(vs))
+				for _, v := range vs {
+					n += strSize(len(v))
+				}
+			}
+		}
+		if len(res.Body) > 0 {
+			n += 2 + binSize(len(res.Body))
+		}
+		if res.Error != "" {
+			n += 2 + strSize(len(res.Error))
+		}
+		if res.Truncated {
+			n += 2 + 1
+		}
 	}
-	n += omittedTimeSize(3, r.DoneAt) + omittedIntSize(3, int64(r.Checks)) +
-		omittedTimeSize(3, r.NextCheck) + omittedStrSize(3, r.Recovered) + omittedStrSize(3, r.Owner)
+	if !r.DoneAt.IsZero() {
+		n += 3 + timeSize(r.DoneAt)
+	}
+	if r.Checks != 0 {
+		n += 3 + intSize(int64(r.Checks))
+	}
+	if !r.NextCheck.IsZero() {
+		n += 3 + timeSize(r.NextCheck)
+	}
 	if r.Attention {
 		n += 3 + 1
+	}
+	if r.Recovered != "" {
+		n += 3 + strSize(len(r.Recovered))
+	}
+	if r.Owner != "" {
+		n += 3 + strSize(len(r.Owner))
 	}
 	if len(r.Attempts) > 0 {
 		n += 2 + lenSize(len(r.Attempts))
 		for i := range r.Attempts {
-			n += attemptSize(&r.Attempts[i])
-		}
-	}
-	for _, v := range [...]int64{r.Replays, r.Conflicts, r.Mismatches} {
-		if v != 0 {
-			n += 3 + 9
-		}
-	}
-	return n + omittedTimeSize(3, r.LastReplay) + omittedTimeSize(3, r.LastRejection)
-}
-
-// resultSize is the length of res's map.
-func resultSize(res *Result) int {
-	n := lenSize(resultFields(res)) + omittedIntSize(2, int64(res.Status)) + omittedStrSize(2, res.Error)
-	if len(res.Header) > 0 {
-		n += 2 + lenSize(len(res.Header))
-		for k, vs := range res.Header {
-			n += strSize(len(k))
-			if vs == nil {
-				n++
-				continue
+			a := &r.Attempts[i]
+			n += lenSize(attemptFields(a)) + 2 + 9 + 2 + timeSize(a.ClaimedAt)
+			if a.Owner != "" {
+				n += 2 + strSize(len(a.Owner))
 			}
-			n += lenSize(len(vs))
-			for _, v := range vs {
-				n += strSize(len(v))
+			if !a.EndedAt.IsZero() {
+				n += 2 + timeSize(a.EndedAt)
+			}
+			if a.Outcome != "" {
+				n += 2 + strSize(len(a.Outcome))
+			}
+			if a.Reason != "" {
+				n += 2 + strSize(len(a.Reason))
+			}
+			if a.Status != 0 {
+				n += 2 + intSize(int64(a.Status))
 			}
 		}
 	}
-	if len(res.Body) > 0 {
-		n += 2 + binSize(len(res.Body))
+	if r.Replays != 0 {
+		n += 3 + 9
 	}
-	if res.Truncated {
-		n += 2 + 1
+	if !r.LastReplay.IsZero() {
+		n += 3 + timeSize(r.LastReplay)
+	}
+	if r.Conflicts != 0 {
+		n += 3 + 9
+	}
+	if r.Mismatches != 0 {
+		n += 3 + 9
+	}
+	if !r.LastRejection.IsZero() {
+		n += 3 + timeSize(r.LastRejection)
 	}
 	return n
-}
-
-// attemptSize is the length of a's map.
-func attemptSize(a *Attempt) int {
-	return lenSize(attemptFields(a)) + 2 + 9 + 2 + timeSize(a.ClaimedAt) +
-		omittedStrSize(2, a.Owner) + omittedTimeSize(2, a.EndedAt) + omittedStrSize(2, a.Outcome) +
-		omittedStrSize(2, a.Reason) + omittedIntSize(2, int64(a.Status))
-}
-
-// omittedStrSize, omittedIntSize and omittedTimeSize are the length of an
-// omitempty field with a key of keyLen bytes (its fixstr head included):
-// 0 when the value is empty.
-func omittedStrSize(keyLen int, s string) int {
-	if s == "" {
-		return 0
-	}
-	return keyLen + strSize(len(s))
-}
-
-func omittedIntSize(keyLen int, v int64) int {
-	if v == 0 {
-		return 0
-	}
-	return keyLen + intSize(v)
-}
-
-func omittedTimeSize(keyLen int, t time.Time) int {
-	if t.IsZero() {
-		return 0
-	}
-	return keyLen + timeSize(t)
 }
 
 // Append appends r's encoding to b, with Format as its format.

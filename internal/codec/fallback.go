@@ -17,23 +17,16 @@ import (
 // to msgpack. A record nests 4 levels deep.
 const msgpackMaxDepth = 10000
 
-// decodeMsgpack decodes b into p (zero on entry) with msgpack, if
-// checkMsgpack lets it.
-func decodeMsgpack(b []byte, p *Parts) error {
+// decodeMsgpack decodes b with msgpack, if checkMsgpack lets it.
+func decodeMsgpack(b []byte) (*Record, error) {
 	if !checkMsgpack(b) {
-		return &CorruptError{Reason: "undecodable record (truncated, unexpected type or nested too deep)"}
+		return nil, &CorruptError{Reason: "undecodable record (truncated, unexpected type or nested too deep)"}
 	}
-	// Into a record of its own: msgpack takes it as an interface, and p
-	// would escape (and the fast path allocate it) if given to msgpack.
 	r := new(Record)
 	if err := msgpack.Unmarshal(b, r); err != nil {
-		return &CorruptError{Reason: err.Error()}
+		return nil, &CorruptError{Reason: err.Error()}
 	}
-	p.Record = *r
-	if res := r.Result; res != nil {
-		p.Result, p.HasResult, p.Record.Result = *res, true, nil
-	}
-	return nil
+	return r, nil
 }
 
 // checkMsgpack reports whether msgpack.Unmarshal reads a Record from b
@@ -252,7 +245,7 @@ func (w *msgpackWalker) field(kind mpKind) bool {
 }
 
 // time reads a time after its code c: the extension's length, type and
-// data. (A nil panics in msgpack, and Decode recovers the panic.)
+// data. (A nil panics in msgpack, and Unmarshal recovers the panic.)
 func (w *msgpackWalker) time(c byte) bool {
 	var n uint64
 	ok := true

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// FuzzUnmarshalRecord feeds arbitrary bytes to Decode: corrupt input must
+// FuzzUnmarshalRecord feeds arbitrary bytes to Unmarshal: corrupt input must
 // give a *CorruptError, never a panic, and whatever decodes must encode
 // and decode again to the same record.
 func FuzzUnmarshalRecord(f *testing.F) {
@@ -34,29 +34,29 @@ func FuzzUnmarshalRecord(f *testing.F) {
 	f.Add([]byte{0x80})
 	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var p Parts
-		if err := Decode(data, &p); err != nil {
+		rec, err := Unmarshal(data)
+		if err != nil {
 			var ce *CorruptError
 			if !errors.As(err, &ce) {
 				t.Fatalf("decode error is not a *CorruptError: %v", err)
 			}
 			return
 		}
-		if p.Record.State == stateDone && !p.HasResult {
+		if rec.State == stateDone && rec.Result == nil {
 			t.Fatal("a done record decoded without a result")
 		}
-		b := Marshal(assemble(&p))
-		var again Parts
-		if err := Decode(b, &again); err != nil {
+		b := Marshal(rec)
+		again, err := Unmarshal(b)
+		if err != nil {
 			t.Fatalf("a re-encoded record does not decode: %v", err)
 		}
-		if b2 := Marshal(assemble(&again)); !bytes.Equal(b, b2) {
+		if b2 := Marshal(again); !bytes.Equal(b, b2) {
 			t.Fatal("encoding is not stable")
 		}
 	})
 }
 
-// FuzzRecordDecode feeds arbitrary bytes to Decode and to the reference:
+// FuzzRecordDecode feeds arbitrary bytes to Unmarshal and to the reference:
 // both give the same record or both an error; and whatever the fast
 // decoder accepts, msgpack decodes to the same record (checkDecode).
 func FuzzRecordDecode(f *testing.F) {

@@ -108,7 +108,7 @@ func genString(rng *rand.Rand, printable bool) string {
 // genRecord returns a record with every field varied over the forms its
 // encoding takes: zero and non-zero times in each form, integers at each
 // boundary, strings and bodies of each length class, headers, and 0 to
-// maxAttempts+2 attempts. Most have a known state, so that Decode accepts
+// maxAttempts+2 attempts. Most have a known state, so that Unmarshal accepts
 // them.
 func genRecord(rng *rand.Rand) *Record {
 	valid := rng.IntN(8) != 0
@@ -240,17 +240,4 @@ func decodedTime(t time.Time) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(t.Unix(), int64(t.Nanosecond()))
-}
-
-// assemble returns the record that p holds, as one value.
-func assemble(p *Parts) *Record {
-	r := p.Record
-	if p.HasResult {
-		res := p.Result
-		r.Result = &res
-	}
-	if p.HasOne {
-		r.Attempts = []Attempt{p.One}
-	}
-	return &r
 }

@@ -156,7 +156,7 @@ func (d *decoder) str() (string, bool) {
 }
 
 // bin reads a byte string (bin8, bin16 or bin32). It points into d.in
-// until ownParts moves it; an empty one is empty but not nil, as
+// until own moves it; an empty one is empty but not nil, as
 // msgpack decodes it.
 func (d *decoder) bin() ([]byte, bool) {
 	c, ok := d.code()

@@ -5,21 +5,21 @@ import (
 	"time"
 )
 
-// Format is the version of the encoding that Append writes. Decode reads
+// Format is the version of the encoding that Append writes. Unmarshal reads
 // every version from 1 up to it.
 const Format = 1
 
-// The states a stored record can be in; Decode refuses any other.
+// The states a stored record can be in; Unmarshal refuses any other.
 const (
 	stateInProgress = 1
 	stateDone       = 2
 	stateReleased   = 3
 )
 
-// Record mirrors idem.Record field for field: same names, types (State is
-// its uint8) and msgpack tags, in the same order. The tags are the format:
-// the msgpack fallback decodes by them, and the field names and order are
-// those of format 1 as msgpack wrote it.
+// Record mirrors idem.Record field for field: the same names, types (State
+// is its uint8), msgpack tags and order, so the same memory layout, which
+// lets idem view one as the other without a copy. The tags are the format:
+// the msgpack fallback decodes by them.
 type Record struct {
 	Format        uint8         `msgpack:"v"`
 	Scope         string        `msgpack:"sc"`
@@ -69,23 +69,10 @@ type Attempt struct {
 	Status    int       `msgpack:"s,omitempty"`
 }
 
-// Parts is a decoded record in three parts, so that the caller can put the
-// record, its result and its only attempt in one allocation of its own
-// types. Record.Result is always nil: the result, if any, is Result.
-// Record.Attempts is nil when there is exactly one attempt and the fast
-// decoder read it: it is One.
-type Parts struct {
-	Record    Record
-	Result    Result
-	HasResult bool
-	One       Attempt
-	HasOne    bool
-}
-
-// ErrCorrupt is wrapped by every error of Decode.
+// ErrCorrupt is wrapped by every error of Unmarshal.
 var ErrCorrupt = errors.New("corrupt record")
 
-// CorruptError is the error of Decode: the bytes are not a record that it
+// CorruptError is the error of Unmarshal: the bytes are not a record that it
 // reads, for Reason.
 type CorruptError struct {
 	Reason string
@@ -95,3 +82,44 @@ func (e *CorruptError) Error() string { return "corrupt record: " + e.Reason }
 
 // Unwrap makes a CorruptError match ErrCorrupt.
 func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// recordBox holds a record and its only attempt, and resultRecordBox a
+// record, its result and its only attempt, so that a decoded or cloned
+// record (a claim's, or a done one with its first attempt) takes one
+// allocation rather than two or three. A record's Result and Attempts
+// point into its box only when they were filled from it: appending to an
+// Attempts of capacity one moves it out, and setting Result leaves the
+// box's copy unused.
+type (
+	recordBox struct {
+		rec Record
+		att [1]Attempt
+	}
+	resultRecordBox struct {
+		rec Record
+		res Result
+		att [1]Attempt
+	}
+)
+
+// Box returns a copy of r in one allocation, with a copy of res as its
+// Result (if not nil, else a nil Result) and a copy of one as its only
+// attempt (if not nil, else the attempts of r). The copies are shallow.
+func Box(r *Record, res *Result, one *Attempt) *Record {
+	var c *Record
+	var att *[1]Attempt
+	if res != nil {
+		b := &resultRecordBox{rec: *r, res: *res}
+		c, att = &b.rec, &b.att
+		c.Result = &b.res
+	} else {
+		b := &recordBox{rec: *r}
+		c, att = &b.rec, &b.att
+		c.Result = nil
+	}
+	if one != nil {
+		att[0] = *one
+		c.Attempts = att[:]
+	}
+	return c
+}

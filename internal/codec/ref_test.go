@@ -3,7 +3,7 @@ package codec
 // This file is idem's record encoding as of commit b0ad7f4, before the
 // hand-written codec, kept as the reference that the codec's tests compare
 // against: Marshal must write the same bytes (up to the order of
-// Result.Header's names, which msgpack writes in map order) and Decode
+// Result.Header's names, which msgpack writes in map order) and Unmarshal
 // must return the same record, or an error for the same inputs. Only the
 // names and types changed, and the checks of keys, which idem makes. Do
 // not "fix" or speed it up: it is the specification by example of record
