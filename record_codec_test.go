@@ -42,6 +42,9 @@ func testRecords() map[string]*Record {
 // and at the same offsets (asCodec relies on it), with the same msgpack
 // tags (the format) and types.
 func TestRecordCodec_MirrorsTypes(t *testing.T) {
+	if RecordFormat != codec.Format {
+		t.Fatalf("RecordFormat is %d, the codec writes %d", RecordFormat, codec.Format)
+	}
 	same := map[reflect.Type]reflect.Type{
 		reflect.TypeFor[State]():     reflect.TypeFor[uint8](),
 		reflect.TypeFor[*Result]():   reflect.TypeFor[*codec.Result](),
