@@ -78,6 +78,7 @@ type CorruptError struct {
 	Reason string
 }
 
+// Error returns "corrupt record: " and the reason.
 func (e *CorruptError) Error() string { return "corrupt record: " + e.Reason }
 
 // Unwrap makes a CorruptError match ErrCorrupt.
