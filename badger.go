@@ -383,7 +383,7 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 			var rec *Record
 			if err := it.Item().Value(func(v []byte) error {
 				var err error
-				rec, err = UnmarshalRecord(v)
+				rec, err = unmarshalRecord(v)
 				return err
 			}); err != nil {
 				return err

@@ -247,7 +247,7 @@ func (b *BadgerBackend) addTally(t *engine.Txn, id []byte, c Tally) (int, error)
 		}
 		if rec.State == StateInProgress {
 			rec.Apply(c)
-			v, err := MarshalRecord(rec)
+			v, err := marshalRecord(rec)
 			if err != nil {
 				return 0, err
 			}

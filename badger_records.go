@@ -24,7 +24,7 @@ func (b *BadgerBackend) readRecord(t *engine.Txn, id []byte) (*Record, uint64, e
 	var exp uint64
 	_, err := b.eng.Read(t, withPrefix(prefixRecord, id), func(v []byte, expiresAt uint64) error {
 		var err error
-		rec, err = UnmarshalRecord(v)
+		rec, err = unmarshalRecord(v)
 		exp = expiresAt
 		return err
 	})
@@ -47,7 +47,7 @@ func (b *BadgerBackend) resident(key []byte) []byte {
 // it mirrors rec in the open claims: as an open claim if in progress, else
 // by forgetting it. Nothing may change rec afterwards.
 func (b *BadgerBackend) put(t *engine.Txn, id []byte, rec *Record, ttlFrom time.Time) error {
-	v, err := MarshalRecord(rec)
+	v, err := marshalRecord(rec)
 	if err != nil {
 		return err
 	}

@@ -233,37 +233,6 @@ func TestStore_Close_WhileRequestsInFlight(t *testing.T) {
 
 func idemKey(g, i int) string { return string(rune('a'+g)) + "-" + time.Duration(i).String() }
 
-func TestUnmarshalRecord_Formats(t *testing.T) {
-	golden, err := os.ReadFile("testdata/record-v1.msgpack")
-	require.NoError(t, err)
-	rec, err := idem.UnmarshalRecord(golden)
-	require.NoError(t, err, "a record written by format 1 must stay readable")
-	require.Equal(t, "tenant-a", rec.Scope)
-	require.Equal(t, "refund:order-123", rec.Key)
-	require.Equal(t, idem.StateDone, rec.State)
-	require.Equal(t, uint64(7), rec.Token)
-	require.Equal(t, 201, rec.Result.Status)
-	require.Equal(t, `{"refund":"re_1"}`, string(rec.Result.Body))
-	require.True(t, rec.ExpiresAt.Equal(time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC)))
-
-	future := *rec
-	b, err := idem.MarshalRecord(&future)
-	require.NoError(t, err)
-	again, err := idem.UnmarshalRecord(b)
-	require.NoError(t, err)
-	require.Equal(t, rec.Key, again.Key)
-
-	for name, bad := range map[string][]byte{
-		"empty":     nil,
-		"garbage":   []byte("not msgpack"),
-		"truncated": golden[:len(golden)/2],
-		"not a map": {0x93, 0x01, 0x02, 0x03},
-	} {
-		_, err := idem.UnmarshalRecord(bad)
-		require.ErrorIs(t, err, idem.ErrCorrupt, name)
-	}
-}
-
 // A replay of a key kept in memory allocates nothing, counted or not,
 // observed or not (a no-op observer).
 func TestBadger_Replay_AllocatesNothing(t *testing.T) {

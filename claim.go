@@ -158,7 +158,7 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 // record is within coarseSlack of its expiry (replayClock).
 //
 // It skips the key's validation: records are kept only under valid keys
-// (UnmarshalRecord and Claim check them), so a hit proves the request's key
+// (unmarshalRecord and Claim check them), so a hit proves the request's key
 // valid, and a miss goes to the full path, which validates.
 func (s *Store) replayHot(ctx context.Context, req Request) *Result {
 	if s.refusing.Load() || ctx.Err() != nil {

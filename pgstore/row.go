@@ -170,7 +170,7 @@ func decodeAttempts(b []byte) ([]idem.Attempt, error) {
 }
 
 // encodeResult encodes a result for the result column, in the msgpack
-// encoding idem.MarshalRecord uses for it.
+// encoding idem's record codec (internal/codec) uses for it.
 func encodeResult(res *idem.Result) ([]byte, error) {
 	b, err := msgpack.Marshal(res)
 	if err != nil {

@@ -1,4 +1,4 @@
-package idem
+package codec
 
 import (
 	"encoding/binary"
@@ -7,10 +7,12 @@ import (
 	"time"
 )
 
-// MarshalRecord's encoder, for the format that record_codec.go describes:
-// recordSize computes the exact length of a record's encoding, so that
-// appendRecord writes it into one allocation. The two follow the same
-// fields in the same order; a test checks that they agree.
+// Marshal encodes r in format Format, whatever r.Format says, in one
+// allocation of its exact size. The bytes are described in
+// docs/record-format.md.
+func Marshal(r *Record) []byte {
+	return Append(make([]byte, 0, Size(r)), r)
+}
 
 // recordFields counts the fields of r's map: the 12 always written and
 // the omitempty ones that are not empty.
@@ -44,9 +46,9 @@ func b2i(b bool) int {
 	return 0
 }
 
-// recordSize is the exact length of r's encoding, so that MarshalRecord
-// allocates once. It follows appendRecord field by field.
-func recordSize(r *Record) int {
+// Size is the exact length of r's encoding. It follows Append field by
+// field; a test checks that the two agree.
+func Size(r *Record) int {
 	n := lenSize(recordFields(r)) +
 		2 + 2 + // v
 		3 + strSize(len(r.Scope)) +
@@ -147,11 +149,11 @@ func recordSize(r *Record) int {
 	return n
 }
 
-// appendRecord appends r's encoding to b, with RecordFormat as its format.
-func appendRecord(b []byte, r *Record) []byte {
+// Append appends r's encoding to b, with Format as its format.
+func Append(b []byte, r *Record) []byte {
 	b = appendMapLen(b, recordFields(r))
 	b = append(b, "\xa1v"...)
-	b = append(b, mpUint8, RecordFormat)
+	b = append(b, mpUint8, Format)
 	b = appendStr(append(b, "\xa2sc"...), r.Scope)
 	b = appendStr(append(b, "\xa1k"...), r.Key)
 	b = append(b, "\xa2st"...)

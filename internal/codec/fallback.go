@@ -1,44 +1,30 @@
-package idem
+package codec
 
 import (
-	"fmt"
-
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// A record that the fast decoder (record_codec.go) does not take, because
-// it is corrupt or in a form only msgpack reads, is left to msgpack, which
-// decodes it by reflection. msgpack is not safe with corrupt bytes, though:
-//
-//   - for a []byte (Result.Body) or a slice of structs (Record.Attempts),
-//     it allocates the length that a header announces before it reads
-//     what the header announces: a corrupt length, such as an array of 2³²
-//     attempts, has it allocate hundreds of gigabytes, a fatal error;
-//   - when it reads a string whose length runs past the end of the input,
-//     the buffer of its pooled decoder grows by a mebibyte and stays grown:
-//     corrupt records grow the process's memory without bound;
-//   - it skips an unknown field by recursion, so that a value nested
-//     millions deep exhausts the goroutine's stack, a fatal error.
-//
-// So before msgpack runs, checkMsgpack follows the decoding through the
-// bytes, reading codes and lengths where msgpack would read them, and
-// refuses a record if msgpack would fail on it (every length must fit in
-// the bytes left), or would skip a value nested deeper than
-// msgpackMaxDepth. msgpack then runs only on records it reads whole, and
-// can still refuse them for what they hold (a time of 5 bytes, say).
+// A record that the fast decoder does not take is left to msgpack, which
+// decodes it by reflection. msgpack is not safe with corrupt bytes: a
+// corrupt length can have it allocate hundreds of gigabytes, or grow its
+// pooled buffer for good, and deep nesting can exhaust its stack (see
+// docs/record-format.md). So checkMsgpack first follows the decoding
+// through the bytes, reading codes and lengths where msgpack would, and
+// refuses a record that msgpack would fail on or nests too deep; msgpack
+// then runs only on records it reads whole.
 
 // msgpackMaxDepth bounds the nesting of the unknown fields in a record left
 // to msgpack. A record nests 4 levels deep.
 const msgpackMaxDepth = 10000
 
-// decodeRecordMsgpack decodes b with msgpack, if checkMsgpack lets it.
-func decodeRecordMsgpack(b []byte) (*Record, error) {
+// decodeMsgpack decodes b with msgpack, if checkMsgpack lets it.
+func decodeMsgpack(b []byte) (*Record, error) {
 	if !checkMsgpack(b) {
-		return nil, fmt.Errorf("%w: undecodable record (truncated, unexpected type or nested too deep)", ErrCorrupt)
+		return nil, &CorruptError{Reason: "undecodable record (truncated, unexpected type or nested too deep)"}
 	}
 	r := new(Record)
 	if err := msgpack.Unmarshal(b, r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, &CorruptError{Reason: err.Error()}
 	}
 	return r, nil
 }
@@ -239,29 +225,12 @@ func (w *msgpackWalker) field(kind mpKind) bool {
 	}
 	switch kind {
 	case mpKindInt:
-		switch {
-		case c <= 0x7f || c >= 0xe0 || c == mpNil:
-			return true
-		case c >= mpUint8 && c <= mpInt64: // uint8 to uint64, then int8 to int64
-			return w.skip(1 << ((c - mpUint8) % 4))
-		}
-		return false
+		return c <= 0x7f || c >= 0xe0 || c == mpNil ||
+			c >= mpUint8 && c <= mpInt64 && w.skip(1<<((c-mpUint8)%4)) // uint8 to uint64, then int8 to int64
 	case mpKindBool:
 		return c == mpNil || c == mpFalse || c == mpTrue
 	case mpKindTime:
-		// The extension's length, type and data. (A nil panics in
-		// msgpack, and the panic is recovered as an error.)
-		var n uint64
-		switch {
-		case c >= mpFixExt1 && c <= mpFixExt16:
-			n = 1 << (c - mpFixExt1)
-		case c >= mpExt8 && c <= mpExt32:
-			n, ok = w.uint(1 << (c - mpExt8))
-		default:
-			return false
-		}
-		typ, ok2 := w.code()
-		return ok && ok2 && typ == mpTimeExt && w.skip(n)
+		return w.time(c)
 	case mpKindBytes:
 		n, ok := w.bytesLen(c)
 		return ok && w.skip(n)
@@ -271,38 +240,67 @@ func (w *msgpackWalker) field(kind mpKind) bool {
 			ok = w.structure(attemptLayout())
 		}
 		return ok
-	default: // mpKindHeader
-		// DecodeMapLen skips an extension's header (not its data) before
-		// a map.
-		switch {
-		case c >= mpFixExt1 && c <= mpFixExt16:
-			ok = w.skip(1) // the type
-		case c >= mpExt8 && c <= mpExt32:
-			ok = w.skip(1 + 1<<(c-mpExt8)) // the type and the length
-		}
-		if c >= mpFixExt1 && c <= mpFixExt16 || c >= mpExt8 && c <= mpExt32 {
-			if !ok {
-				return false
-			}
-			if c, ok = w.code(); !ok {
-				return false
-			}
-		}
-		n, ok := w.containerLen(c, true)
-		for i := uint64(0); ok && i < n; i++ {
-			if _, ok = w.str(); !ok {
-				break
-			}
-			var m uint64
-			if c, ok = w.code(); ok {
-				m, ok = w.containerLen(c, false)
-			}
-			for j := uint64(0); ok && j < m; j++ {
-				_, ok = w.str()
-			}
-		}
-		return ok
 	}
+	return w.header(c)
+}
+
+// time reads a time after its code c: the extension's length, type and
+// data. (A nil panics in msgpack, and Unmarshal recovers the panic.)
+func (w *msgpackWalker) time(c byte) bool {
+	var n uint64
+	ok := true
+	switch {
+	case c >= mpFixExt1 && c <= mpFixExt16:
+		n = 1 << (c - mpFixExt1)
+	case c >= mpExt8 && c <= mpExt32:
+		n, ok = w.uint(1 << (c - mpExt8))
+	default:
+		return false
+	}
+	typ, ok2 := w.code()
+	return ok && ok2 && typ == mpTimeExt && w.skip(n)
+}
+
+// header reads a header map after its code c.
+func (w *msgpackWalker) header(c byte) bool {
+	// DecodeMapLen skips an extension's header (not its data) before a
+	// map.
+	extHead := uint64(0)
+	switch {
+	case c >= mpFixExt1 && c <= mpFixExt16:
+		extHead = 1 // the type
+	case c >= mpExt8 && c <= mpExt32:
+		extHead = 1 + 1<<(c-mpExt8) // the type and the length
+	}
+	if extHead > 0 {
+		if !w.skip(extHead) {
+			return false
+		}
+		var ok bool
+		if c, ok = w.code(); !ok {
+			return false
+		}
+	}
+	n, ok := w.containerLen(c, true)
+	for i := uint64(0); ok && i < n; i++ {
+		if _, ok = w.str(); ok {
+			ok = w.strings()
+		}
+	}
+	return ok
+}
+
+// strings reads a header's values: an array of strings, or a nil.
+func (w *msgpackWalker) strings() bool {
+	c, ok := w.code()
+	if !ok {
+		return false
+	}
+	n, ok := w.containerLen(c, false)
+	for i := uint64(0); ok && i < n; i++ {
+		_, ok = w.str()
+	}
+	return ok
 }
 
 // value skips a value of any type, as msgpack's Skip does, depth levels
@@ -313,31 +311,38 @@ func (w *msgpackWalker) value(depth int) bool {
 		return false
 	}
 	switch {
-	case c <= 0x7f || c >= 0xe0 || c == mpNil || c == mpFalse || c == mpTrue:
-		return true
 	case c&0xf0 == mpFixMap || c == mpMap16 || c == mpMap32:
 		n, ok := w.containerLen(c, true)
-		for i := uint64(0); ok && i < 2*n; i++ {
-			ok = w.value(depth + 1)
-		}
-		return ok
+		return ok && w.values(2*n, depth+1)
 	case c&0xf0 == mpFixArray || c == mpArray16 || c == mpArray32:
 		n, ok := w.containerLen(c, false)
-		for i := uint64(0); ok && i < n; i++ {
-			ok = w.value(depth + 1)
-		}
-		return ok
+		return ok && w.values(n, depth+1)
+	}
+	return w.scalar(c)
+}
+
+// values skips n values, depth levels below the record.
+func (w *msgpackWalker) values(n uint64, depth int) bool {
+	ok := true
+	for i := uint64(0); ok && i < n; i++ {
+		ok = w.value(depth)
+	}
+	return ok
+}
+
+// scalar skips the rest of a value that is not a map or an array, after
+// its code c.
+func (w *msgpackWalker) scalar(c byte) bool {
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == mpNil || c == mpFalse || c == mpTrue:
+		return true
 	case c&0xe0 == mpFixStr || c >= mpStr8 && c <= mpStr32 || c >= mpBin8 && c <= mpBin32:
 		n, ok := w.bytesLen(c)
 		return ok && w.skip(n)
-	case c == mpUint8 || c == mpInt8:
-		return w.skip(1)
-	case c == mpUint16 || c == mpInt16:
-		return w.skip(2)
-	case c == mpUint32 || c == mpInt32 || c == mpFloat32:
-		return w.skip(4)
-	case c == mpUint64 || c == mpInt64 || c == mpFloat64:
-		return w.skip(8)
+	case c == mpFloat32 || c == mpFloat64:
+		return w.skip(4 << (c - mpFloat32))
+	case c >= mpUint8 && c <= mpInt64: // uint8 to uint64, then int8 to int64
+		return w.skip(1 << ((c - mpUint8) % 4))
 	case c >= mpFixExt1 && c <= mpFixExt16:
 		return w.skip(1 + 1<<(c-mpFixExt1)) // the type and the data
 	case c >= mpExt8 && c <= mpExt32:
