@@ -134,9 +134,6 @@ type BadgerBackend struct {
 	// committer reads or writes it, and it persists it with the claims.
 	lastToken uint64
 
-	// hot holds recent done records for replays (hot.go).
-	hot *hotSet
-
 	// mu guards open and cursor.
 	mu sync.Mutex
 	// open holds every in-progress claim, with its record as stored:
@@ -183,6 +180,7 @@ type openClaim struct {
 
 var _ Backend = (*BadgerBackend)(nil)
 var _ Lister = (*BadgerBackend)(nil)
+var _ Maintainer = (*BadgerBackend)(nil)
 
 // OpenBadger opens or creates a Badger backend in dir. Claims left open by
 // a previous process are orphaned: their lease is ended at once, so that
@@ -253,7 +251,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
 	}
-	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{}, hot: new(hotSet),
+	b := &BadgerBackend{db: db, ro: o.ReadOnly, dir: dir, open: map[string]openClaim{},
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	b.settleCond = sync.NewCond(&b.settleMu)
 	if o.ReadOnly {
@@ -431,7 +429,7 @@ func (b *BadgerBackend) orphan(ids [][]byte) error {
 			}
 			rec.LeaseEnds = time.Time{}
 			rec.Owner = ""
-			rec.NoteAttempt(rec.Token, "orphaned by a restart")
+			rec.noteAttempt(rec.Token, "orphaned by a restart")
 			v, err := b.put(w, id, rec, time.Time{})
 			if err != nil {
 				return err
@@ -603,7 +601,7 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 				if err != nil {
 					return err
 				}
-				rec.Apply(t)
+				rec.apply(t)
 				n.FirstSeen = rec.FirstSeen
 				n.Claims = rec.Claims + 1
 				n.Attempts = rec.Attempts
@@ -618,9 +616,8 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 					return err
 				}
 			}
-			txn.onCommit(func() { b.hot.drop(scope, key) })
 		}
-		n.AddAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
+		n.addAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
 		if err := txn.Set(withPrefix(prefixClaim, id), nil); err != nil {
 			return err
 		}
@@ -672,18 +669,10 @@ func (b *BadgerBackend) fenced(ctx context.Context, op, scope, key string, token
 // Complete implements Backend.
 func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token uint64, c Completion) error {
 	return b.fenced(ctx, "complete", scope, key, token, c.At, func(txn *wtxn, id []byte, rec *Record) error {
-		// A copy of the caller's result: the hot set keeps rec.
 		rec.State, rec.Result = StateDone, c.Result.clone()
 		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
-		outcome := "completed"
-		if c.Recovered != "" {
-			outcome = "recovered: " + c.Recovered
-		}
-		rec.EndAttempt(token, c.At, outcome, "", c.Result.Status)
+		rec.endAttempt(token, c.Ending)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
-		// rec is what is stored, and nothing changes it after this op:
-		// the hot set may keep it as it is.
-		txn.onCommit(func() { b.hot.put(scope, key, rec) })
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
 			return err
 		}
@@ -695,7 +684,7 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token uint64, r Releasing) error {
 	return b.fenced(ctx, "release", scope, key, token, r.At, func(txn *wtxn, id []byte, rec *Record) error {
 		rec.State, rec.ExpiresAt, rec.Recovered = StateReleased, r.ExpiresAt, r.Reason
-		rec.EndAttempt(token, r.At, "released", r.Reason, 0)
+		rec.endAttempt(token, r.Ending)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		rec.DoneAt = r.At
 		if err := txn.Delete(withPrefix(prefixClaim, id)); err != nil {
@@ -721,18 +710,10 @@ func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint
 	})
 }
 
-// hotRecords implements hotBackend: the Store answers replays from the
-// hot set.
-func (b *BadgerBackend) hotRecords() *hotSet { return b.hot }
-
 // peek reads the record of (scope, key), stored under id, outside the
-// committer: from the hot set, or from a read transaction (caching what it
-// finds done). What it returns may be shared: the caller must not change
-// it.
+// committer, from a read transaction. What it returns may be shared: the
+// caller must not change it.
 func (b *BadgerBackend) peek(scope, key string, id []byte) (*Record, error) {
-	if e := b.hot.get(scope, key); e != nil {
-		return e.rec, nil
-	}
 	if e, ok := b.durableWrite(withPrefix(prefixRecord, id)); ok {
 		return overlayRecord(e)
 	}
@@ -745,9 +726,6 @@ func (b *BadgerBackend) peek(scope, key string, id []byte) (*Record, error) {
 		rec, err = getRecord(txn, id)
 		return err
 	})
-	if err == nil && rec != nil && rec.State == StateDone && !b.ro {
-		b.hot.put(scope, key, rec)
-	}
 	return rec, err
 }
 
@@ -777,7 +755,7 @@ func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, er
 			} else {
 				t, err = getCounts(txn, id)
 			}
-			rec.Apply(t)
+			rec.apply(t)
 		}
 		return err
 	})
@@ -872,7 +850,6 @@ func (b *BadgerBackend) Reclaim(ctx context.Context, now time.Time, limit int) (
 						return err
 					}
 					b.forgetTallied(e.id)
-					w.onCommit(func() { b.hot.drop(splitRecordID(e.id)) })
 				}
 			}
 			last := due[len(due)-1].key
@@ -936,7 +913,7 @@ func (b *BadgerBackend) dueExpiries(now time.Time, limit int) ([]expiryEntry, er
 // A replay is counted in memory and the counts reach the backend in
 // batches (tally.go). Rewriting a whole record to add to its counts would
 // cost a read, a decode, an encode and a write of the record for every
-// counted key every second, and drop or refill its hot entry. So the
+// counted key every second. So the
 // counts of a done or released record are kept beside it, under
 // prefixCounts: one small entry per record, holding the counts added since
 // the record was last written whole. Get and Scan add them to the
@@ -1159,7 +1136,7 @@ func (b *BadgerBackend) addTally(w *wtxn, id []byte, t Tally) (int, error) {
 				return 0, err
 			}
 			if rec.State == StateInProgress {
-				rec.Apply(t)
+				rec.apply(t)
 				v, err := MarshalRecord(rec)
 				if err != nil {
 					return 0, err
@@ -1232,7 +1209,7 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 			if err != nil {
 				return err
 			}
-			rec.Apply(t)
+			rec.apply(t)
 			if !fn(rec) {
 				return nil
 			}

@@ -59,7 +59,7 @@ import (
 //     unit is answered once Badger holds it.
 //   - Failure. If a unit's log write, sync or commit fails, its ops get the
 //     error (wrapping ErrUnavailable), their in-memory side effects (the
-//     open-claim set, the hot set) are not applied, and the store refuses
+//     open-claim set) are not applied, and the store refuses
 //     every later write until it is reopened: the next unit has read the
 //     failed one's writes, and the log may hold a frame that Badger does
 //     not, which a reopen replays. Reads go on.

@@ -15,6 +15,16 @@ import (
 // never saved, so its step was never sent.
 const JournalScope = "idem.journal"
 
+// journalRule is how recovery settles a stale claim in JournalScope,
+// without the caller's Resolver, which knows nothing of it: such a claim
+// is a plan that was never saved, so its step was never sent (not
+// committed). Every Store holds it from New on, rather than from NewJournal,
+// so that a sweep after a restart, before the run makes its Journal again,
+// never hands a journal claim to the Resolver.
+func journalRule() recoveryRule {
+	return recoveryRule{verdict: VerdictNotCommitted, why: "plan never saved", keep: time.Hour}
+}
+
 // DefaultJournalRetention is how long a Journal keeps a planned step when
 // JournalOptions.Retention is zero: long enough to resume a run days later.
 const DefaultJournalRetention = 30 * 24 * time.Hour
@@ -123,7 +133,7 @@ func (j *Journal) plan(ctx context.Context, st Step, args []byte) (Step, error) 
 			}
 			if now := j.s.now(); rec.State == StateInProgress && rec.Stale(now) && attempt < 100 {
 				// A plan claimed with other arguments and never saved: release
-				// it (recovery knows journal claims) and plan afresh.
+				// it (journalRule) and plan afresh.
 				if _, rerr := j.s.resolveStale(ctx, rec, now); rerr != nil {
 					return st, rerr
 				}

@@ -424,7 +424,7 @@ func TestRecordCodec_Reference_Edges(t *testing.T) {
 	for n := range MaxAttempts + 2 {
 		r := base()
 		for i := range n {
-			r.AddAttempt(Attempt{Token: uint64(i + 2), ClaimedAt: r.ClaimedAt, Outcome: "completed"})
+			r.addAttempt(Attempt{Token: uint64(i + 2), ClaimedAt: r.ClaimedAt, Outcome: "completed"})
 		}
 		checkCodec(t, r)
 	}
@@ -541,7 +541,7 @@ func TestRecord_Clone_SharesNothing(t *testing.T) {
 		for i := range c.Attempts {
 			c.Attempts[i] = Attempt{Token: 99}
 		}
-		c.AddAttempt(Attempt{Token: 100})
+		c.addAttempt(Attempt{Token: 100})
 		*c = Record{}
 		if !reflect.DeepEqual(decoded(r), before) {
 			t.Fatalf("changing a clone changed the original")
@@ -623,7 +623,7 @@ func benchRecords() map[string]*Record {
 	done.State, done.Owner = StateDone, ""
 	done.Result = &Result{Status: 201, Body: []byte(`{"refund":"re_123","amount":4200}`)}
 	done.DoneAt, done.ExpiresAt = at.Add(40*time.Millisecond), at.Add(24*time.Hour)
-	done.EndAttempt(123456, done.DoneAt, "completed", "", 201)
+	done.endAttempt(123456, Ending{At: done.DoneAt, Outcome: "completed", Status: 201})
 	http := done.Clone()
 	http.Result.Header = map[string][]string{"Content-Type": {"application/json"}, "Location": {"/refunds/re_123"}}
 	http.Result.Body = bytes.Repeat([]byte(`{"k":"v"},`), 100)
