@@ -50,7 +50,8 @@ type BadgerOptions struct {
 	// InMemory keeps everything in memory (for tests); the directory is
 	// ignored and nothing survives Close.
 	InMemory bool
-	// Durability is Durable unless set to Fast.
+	// Durability is Durable unless set to Fast. It is for OpenBadger:
+	// Open sets it from Options.Durability and refuses another value here.
 	Durability Durability
 	// ReadOnly opens an existing store without writing to it (inspection
 	// while no process holds the directory). Write calls fail.

@@ -271,3 +271,18 @@ func TestSplitRecordID(t *testing.T) {
 		}
 	}
 }
+
+// Sweep drops a reclaimed record's entry by token: a newer entry of the
+// key stays.
+func TestHotSet_DropByToken(t *testing.T) {
+	h := newHotSet(hotBytes)
+	h.put("s", "k", &Record{Token: 2, Fingerprint: "fp", Result: &Result{}})
+	h.drop("s", "k", 1)
+	if h.get("s", "k") == nil {
+		t.Fatal("dropped an entry of another token")
+	}
+	h.drop("s", "k", 2)
+	if h.get("s", "k") != nil {
+		t.Fatal("kept the entry of the token dropped")
+	}
+}

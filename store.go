@@ -432,5 +432,3 @@ func (s *Store) background() {
 		}
 	}
 }
-
-func (s *Store) String() string { return fmt.Sprintf("idem.Store(%T)", s.b) }
