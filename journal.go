@@ -25,16 +25,16 @@ func journalRule() recoveryRule {
 	return recoveryRule{verdict: VerdictNotCommitted, why: "plan never saved", keep: time.Hour}
 }
 
-// DefaultJournalRetention is how long a Journal keeps a planned step when
+// defaultJournalRetention is how long a Journal keeps a planned step when
 // JournalOptions.Retention is zero: long enough to resume a run days later.
-const DefaultJournalRetention = 30 * 24 * time.Hour
+const defaultJournalRetention = 30 * 24 * time.Hour
 
 // JournalOptions configure a Journal. Nil means the defaults.
 type JournalOptions struct {
 	// Keys derives the steps' idempotency keys. Default KeyDeriver{}.
 	Keys KeyDeriver
 	// Retention is how long a planned step is kept; set it longer than the
-	// longest pause of a run. Default DefaultJournalRetention.
+	// longest pause of a run. Default 30 days.
 	Retention time.Duration
 }
 
@@ -52,7 +52,7 @@ type Journal struct {
 
 // NewJournal returns a Journal keeping its steps in s.
 func NewJournal(s *Store, opts *JournalOptions) *Journal {
-	j := &Journal{s: s, retention: DefaultJournalRetention}
+	j := &Journal{s: s, retention: defaultJournalRetention}
 	if opts != nil {
 		j.keys = opts.Keys
 		if opts.Retention > 0 {

@@ -13,14 +13,15 @@ import (
 	"time"
 )
 
-// Defaults for zero Options fields.
+// Defaults for zero Options fields. Retention and Lease are exported for
+// callers that size their own timings from them.
 const (
 	DefaultRetention      = 24 * time.Hour
 	DefaultLease          = 30 * time.Second
-	DefaultSweepInterval  = 10 * time.Second
-	DefaultMaxUnknown     = 10
-	DefaultRecheckBackoff = time.Second
-	DefaultCloseTimeout   = 30 * time.Second
+	defaultSweepInterval  = 10 * time.Second
+	defaultMaxUnknown     = 10
+	defaultRecheckBackoff = time.Second
+	defaultCloseTimeout   = 30 * time.Second
 	maxRecheckBackoff     = 10 * time.Minute
 )
 
@@ -107,13 +108,13 @@ func (o *Options) withDefaults() Options {
 		c.Lease = DefaultLease
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
+		c.SweepInterval = defaultSweepInterval
 	}
 	if c.MaxUnknown <= 0 {
-		c.MaxUnknown = DefaultMaxUnknown
+		c.MaxUnknown = defaultMaxUnknown
 	}
 	if c.RecheckBackoff <= 0 {
-		c.RecheckBackoff = DefaultRecheckBackoff
+		c.RecheckBackoff = defaultRecheckBackoff
 	}
 	if c.Policy == nil {
 		c.Policy = DefaultPolicy
@@ -122,7 +123,7 @@ func (o *Options) withDefaults() Options {
 		c.Clock = SystemClock()
 	}
 	if c.CloseTimeout <= 0 {
-		c.CloseTimeout = DefaultCloseTimeout
+		c.CloseTimeout = defaultCloseTimeout
 	}
 	var obs multiObserver
 	if c.Observer != nil {
