@@ -323,8 +323,11 @@ func (h *hotSet) takeCounts(out []Tally) []Tally {
 		sh := &h.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.pending {
-			out = append(out, Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays,
-				LastReplay: fromUnixNanos(e.lastReplay)})
+			t := Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays}
+			if e.lastReplay != 0 {
+				t.LastReplay = time.Unix(0, e.lastReplay)
+			}
+			out = append(out, t)
 			e.replays = 0
 		}
 		clear(sh.pending)
