@@ -33,6 +33,9 @@ type Completion struct {
 	// Recovered is empty for a completion by the claim's holder, and says
 	// how recovery decided otherwise (for example "committed").
 	Recovered string
+	// Ending is how the claim's attempt ends in the record's story: see
+	// Attempt's ending fields.
+	Ending Ending
 }
 
 // Releasing describes how a claim ends as released.
@@ -40,8 +43,23 @@ type Releasing struct {
 	// At is when it was released; ExpiresAt is when the history kept of the
 	// record may be reclaimed.
 	At, ExpiresAt time.Time
-	// Reason says why, for the record's story.
+	// Reason says why, for the record's story (Record.Recovered).
 	Reason string
+	// Ending is how the claim's attempt ends in the record's story.
+	Ending Ending
+}
+
+// Ending is how a claim's attempt ends, as the Store words it once for
+// every backend. A backend stores it, as given, in the attempt of the
+// fenced token in Record.Attempts (if that attempt is still kept): At as
+// EndedAt, and Outcome, Status and, when not empty, Reason; an empty
+// Reason keeps the note the attempt has. Backends add no wording of their
+// own.
+type Ending struct {
+	At      time.Time
+	Outcome string
+	Reason  string
+	Status  int
 }
 
 // Deferral is recovery's bookkeeping for a claim whose outcome is unknown.
@@ -114,6 +132,16 @@ type Lister interface {
 	// Scan calls fn for every stored record until fn returns false or an
 	// error occurs.
 	Scan(ctx context.Context, fn func(*Record) bool) error
+}
+
+// Maintainer is implemented by backends with housekeeping of their own to
+// run now and then, such as the Badger backend's value-log garbage
+// collection. The Store's background sweep calls Maintain after every
+// Sweep, off the request path; an error is reported to the Observer.
+type Maintainer interface {
+	// Maintain runs one round of housekeeping. It may return early, and
+	// does nothing when another round is running.
+	Maintain(ctx context.Context) error
 }
 
 // Tallier is implemented by backends that keep a record's counts of

@@ -45,7 +45,8 @@ type BadgerOptions struct {
 	// InMemory keeps everything in memory (for tests); the directory is
 	// ignored and nothing survives Close.
 	InMemory bool
-	// Durability is Durable unless set to Fast.
+	// Durability is Durable unless set to Fast. It is for OpenBadger:
+	// Open sets it from Options.Durability and refuses another value here.
 	Durability Durability
 	// ReadOnly opens an existing store without writing to it (inspection
 	// while no process holds the directory). Write calls fail.
@@ -94,8 +95,6 @@ type BadgerBackend struct {
 	// committer reads or writes it, and it persists it with the claims.
 	lastToken uint64
 
-	hot *hotSet // hot set (seam): recent done records for replays (hot.go)
-
 	// mu guards open and cursor.
 	mu sync.Mutex
 	// open holds every in-progress claim with its record as last made
@@ -120,6 +119,7 @@ type openClaim struct {
 
 var _ Backend = (*BadgerBackend)(nil)
 var _ Lister = (*BadgerBackend)(nil)
+var _ Maintainer = (*BadgerBackend)(nil)
 
 // badgerOptions turns o into Badger's options. The reasons for the sizes
 // are in docs/engine.md ("Badger's options").
@@ -167,8 +167,7 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 // a previous process are orphaned: their lease is ended at once, so that
 // recovery resolves them.
 func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
-	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{},
-		hot: new(hotSet)} // hot set (seam)
+	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}}
 	eng, err := engine.Open(engine.Options{
 		Badger:   badgerOptions(dir, o),
 		Durable:  o.Durability == Durable,
@@ -304,7 +303,7 @@ func (b *BadgerBackend) orphan(ids [][]byte) error {
 			}
 			rec.LeaseEnds = time.Time{}
 			rec.Owner = ""
-			rec.NoteAttempt(rec.Token, "orphaned by a restart")
+			rec.noteAttempt(rec.Token, "orphaned by a restart")
 			if err := b.put(t, id, rec, time.Time{}); err != nil {
 				return err
 			}
@@ -392,7 +391,7 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 			if err != nil {
 				return err
 			}
-			rec.Apply(t)
+			rec.apply(t)
 			if !fn(rec) {
 				return nil
 			}

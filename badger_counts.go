@@ -246,7 +246,7 @@ func (b *BadgerBackend) addTally(t *engine.Txn, id []byte, c Tally) (int, error)
 			return 0, nil // reclaimed since
 		}
 		if rec.State == StateInProgress {
-			rec.Apply(c)
+			rec.apply(c)
 			v, err := marshalRecord(rec)
 			if err != nil {
 				return 0, err

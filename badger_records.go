@@ -16,9 +16,9 @@ import (
 // outside the committer (t nil), and returns it with its Badger expiry.
 // The layers, first match wins (engine.Read): the writes of t's own unit;
 // the writes pending between the log and Badger (for a reader, only
-// durable ones); the open claims (resident); Badger. peek alone puts the
-// hot set in front, for done records, which never change. docs/engine.md
-// argues why this order keeps the contract.
+// durable ones); the open claims (resident); Badger. docs/engine.md
+// argues why this order keeps the contract. (Replays of done records are
+// answered above the backend, by the Store's replay cache.)
 func (b *BadgerBackend) readRecord(t *engine.Txn, id []byte) (*Record, uint64, error) {
 	var rec *Record
 	var exp uint64
@@ -90,7 +90,7 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 	// a claim in progress, is answered from a read. Neither can become
 	// claimable by any write but the committer's own later ones, so the
 	// answer is the one the committer would give at this instant.
-	if rec, err := b.peek(scope, key, id); err != nil {
+	if rec, err := b.peek(id); err != nil {
 		return nil, false, unavailable("claim", err)
 	} else if rec != nil && (rec.State == StateInProgress || (rec.State == StateDone && !rec.Expired(args.Now))) {
 		return rec.Clone(), false, nil
@@ -141,7 +141,7 @@ func (b *BadgerBackend) newClaim(t *engine.Txn, scope, key string, id []byte, ar
 			if err != nil {
 				return nil, err
 			}
-			rec.Apply(c)
+			rec.apply(c)
 			n.FirstSeen = rec.FirstSeen
 			n.Claims = rec.Claims + 1
 			n.Attempts = rec.Attempts
@@ -152,9 +152,8 @@ func (b *BadgerBackend) newClaim(t *engine.Txn, scope, key string, id []byte, ar
 		if !rec.ExpiresAt.IsZero() {
 			t.Delete(expiryKey(rec.ExpiresAt, id))
 		}
-		t.OnCommit(func() { b.hot.drop(scope, key) }) // hot set (seam)
 	}
-	n.AddAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
+	n.addAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
 	t.Set(withPrefix(prefixClaim, id), nil, 0)
 	return n, b.put(t, id, n, time.Time{})
 }
@@ -191,17 +190,10 @@ func ended(t *engine.Txn, id []byte, at, exp time.Time) {
 // Complete implements Backend.
 func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token uint64, c Completion) error {
 	return b.fenced(ctx, "complete", scope, key, token, c.At, func(t *engine.Txn, id []byte, rec *Record) {
-		// A copy of the caller's result: the hot set keeps rec.
 		rec.State, rec.Result = StateDone, c.Result.clone()
 		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
-		outcome := "completed"
-		if c.Recovered != "" {
-			outcome = "recovered: " + c.Recovered
-		}
-		rec.EndAttempt(token, c.At, outcome, "", c.Result.Status)
+		rec.endAttempt(token, c.Ending)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
-		// rec is what is stored, and nothing changes it after this op.
-		t.OnCommit(func() { b.hot.put(scope, key, rec) }) // hot set (seam)
 		ended(t, id, c.At, c.ExpiresAt)
 	})
 }
@@ -210,7 +202,7 @@ func (b *BadgerBackend) Complete(ctx context.Context, scope, key string, token u
 func (b *BadgerBackend) Release(ctx context.Context, scope, key string, token uint64, r Releasing) error {
 	return b.fenced(ctx, "release", scope, key, token, r.At, func(t *engine.Txn, id []byte, rec *Record) {
 		rec.State, rec.ExpiresAt, rec.Recovered = StateReleased, r.ExpiresAt, r.Reason
-		rec.EndAttempt(token, r.At, "released", r.Reason, 0)
+		rec.endAttempt(token, r.Ending)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
 		rec.DoneAt = r.At
 		ended(t, id, r.At, r.ExpiresAt)
@@ -231,22 +223,11 @@ func (b *BadgerBackend) Defer(ctx context.Context, scope, key string, token uint
 	})
 }
 
-// hotRecords implements hotBackend (hot set seam): the Store answers
-// replays from the hot set.
-func (b *BadgerBackend) hotRecords() *hotSet { return b.hot }
-
 // peek reads the record of (scope, key), stored under id, outside the
-// committer: from the hot set, or through readRecord (caching what it
-// finds done). What it returns may be shared: the caller must not change
-// it.
-func (b *BadgerBackend) peek(scope, key string, id []byte) (*Record, error) {
-	if e := b.hot.get(scope, key); e != nil { // hot set (seam)
-		return e.rec, nil
-	}
+// committer, through readRecord. What it returns may be shared: the
+// caller must not change it.
+func (b *BadgerBackend) peek(id []byte) (*Record, error) {
 	rec, _, err := b.readRecord(nil, id)
-	if err == nil && rec != nil && rec.State == StateDone && !b.ro {
-		b.hot.put(scope, key, rec) // hot set (seam)
-	}
 	return rec, err
 }
 
@@ -260,7 +241,7 @@ func (b *BadgerBackend) Get(ctx context.Context, scope, key string) (*Record, er
 	if err == nil && rec != nil {
 		var c Tally
 		c, err = b.readCounts(nil, id)
-		rec.Apply(c)
+		rec.apply(c)
 	}
 	if err != nil {
 		return nil, unavailable("get", err)
@@ -360,7 +341,6 @@ func (b *BadgerBackend) reclaim(t *engine.Txn, now time.Time, due []expiryEntry,
 			t.Delete(withPrefix(prefixRecord, e.id))
 			t.Delete(withPrefix(prefixCounts, e.id))
 			b.counts.forget(e.id)
-			t.OnCommit(func() { b.hot.drop(splitRecordID(e.id)) }) // hot set (seam)
 		}
 	}
 	last := due[len(due)-1].key

@@ -30,12 +30,13 @@ type Request struct {
 // claim's token, so a holder whose claim was recovered and taken over
 // changes nothing. A Claim is safe for concurrent use.
 type Claim struct {
-	s         *Store
-	scope     string
-	key       string
-	token     uint64
-	lease     time.Duration
-	retention time.Duration
+	s           *Store
+	scope       string
+	key         string
+	fingerprint string
+	token       uint64
+	lease       time.Duration
+	retention   time.Duration
 
 	// mu guards leaseEnds and finished.
 	mu        sync.Mutex
@@ -74,10 +75,8 @@ func (c *Claim) LeaseEnds() time.Time {
 // it, never modify it or what its Header and Body hold (copy them first).
 // Handing out the saved result as it is keeps a replay free of copies.
 func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
-	if s.hot != nil {
-		if res := s.replayHot(ctx, req); res != nil {
-			return nil, res, nil
-		}
+	if res := s.replayCached(ctx, req); res != nil {
+		return nil, res, nil
 	}
 	if err := validate(req.Scope, req.Key); err != nil {
 		return nil, nil, err
@@ -97,23 +96,28 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 	// the record; a few rounds cover a resolution racing another request.
 	for round := 0; ; round++ {
 		now := s.now()
-		rec, claimed, err := s.claim(ctx, req.Scope, req.Key, ClaimArgs{
-			Fingerprint: req.Fingerprint, Now: now, LeaseEnds: now.Add(lease),
-			Retention: retention, Owner: s.owner,
+		var rec *Record
+		var claimed bool
+		err := s.call(func() (err error) {
+			rec, claimed, err = s.b.Claim(ctx, req.Scope, req.Key, ClaimArgs{
+				Fingerprint: req.Fingerprint, Now: now, LeaseEnds: now.Add(lease),
+				Retention: retention, Owner: s.owner,
+			})
+			return err
 		})
 		if err != nil {
 			s.observeErr("claim", req.Scope, req.Key, 0, err)
 			return nil, nil, err
 		}
 		if claimed {
-			c := &Claim{s: s, scope: req.Scope, key: req.Key, token: rec.Token, lease: lease,
-				retention: retention, leaseEnds: rec.LeaseEnds}
+			c := &Claim{s: s, scope: req.Scope, key: req.Key, fingerprint: req.Fingerprint, token: rec.Token,
+				lease: lease, retention: retention, leaseEnds: rec.LeaseEnds}
 			if !s.claimStarted() {
 				// Close began while we claimed: give the key back. The claim
 				// was never counted, so it bypasses end.
-				_ = s.fencedCall(func() error {
+				_ = s.call(func() error {
 					return s.b.Release(context.WithoutCancel(ctx), req.Scope, req.Key, rec.Token,
-						Releasing{At: now, ExpiresAt: expiresAt(now, retention), Reason: "store closing"})
+						releasing(now, expiresAt(now, retention), "store closing"))
 				})
 				return nil, nil, ErrClosed
 			}
@@ -133,6 +137,9 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			if res == nil {
 				res = &Result{}
 			}
+			// The backend's record is this Store's copy, done and not
+			// expired at now: the next replay can come from the cache.
+			s.hot.put(req.Scope, req.Key, rec)
 			return nil, res, nil
 		case !rec.Stale(now):
 			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
@@ -148,19 +155,19 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 	}
 }
 
-// replayHot answers req from the backend's hot set, or returns nil when
-// Begin must take its full path: the key is not kept, its fingerprint
-// differs (a mismatch to count and report), its record has expired, or
-// the store or ctx is done. A replay here takes one lock, of the key's
-// shard of the set (which also guards the replay's count), allocates
-// nothing, makes no backend call (so it needs no enter/leave: it never
+// replayCached answers req from the replay cache (hot.go), or returns nil
+// when Begin must take its full path: the key is not cached, its
+// fingerprint differs (a mismatch to count and report), its record has
+// expired, or the store or ctx is done. A replay here takes one lock, of
+// the key's shard of the cache (which also guards the replay's count),
+// allocates nothing, makes no backend call (so it needs no call: it never
 // touches storage) and, with the system clock, reads no clock unless the
 // record is within coarseSlack of its expiry (replayClock).
 //
-// It skips the key's validation: records are kept only under valid keys
-// (unmarshalRecord and Claim check them), so a hit proves the request's key
-// valid, and a miss goes to the full path, which validates.
-func (s *Store) replayHot(ctx context.Context, req Request) *Result {
+// It skips the key's validation: the cache is filled only under keys
+// Begin has validated, so a hit proves the request's key valid, and a miss
+// goes to the full path, which validates.
+func (s *Store) replayCached(ctx context.Context, req Request) *Result {
 	if s.refusing.Load() || ctx.Err() != nil {
 		return nil
 	}
@@ -178,7 +185,7 @@ func (s *Store) replayHot(ctx context.Context, req Request) *Result {
 	return &e.result
 }
 
-// replayClock returns the time a replay from the hot set is judged at and
+// replayClock returns the time a replay from the cache is judged at and
 // how much older than the current time it may be: with the system clock,
 // the latest reading, taken in the background (see coarseSlack); otherwise,
 // or when an Observer is to get the replay's exact time, a fresh reading.
@@ -189,14 +196,6 @@ func (s *Store) replayClock() (time.Time, time.Duration) {
 		}
 	}
 	return s.now(), 0
-}
-
-func (s *Store) claim(ctx context.Context, scope, key string, args ClaimArgs) (*Record, bool, error) {
-	if err := s.enter(); err != nil {
-		return nil, false, err
-	}
-	defer s.leave()
-	return s.b.Claim(ctx, scope, key, args)
 }
 
 // Complete saves res as the key's result: every repeat replays it until the
@@ -229,9 +228,7 @@ func (c *Claim) Extend(ctx context.Context) error {
 	}
 	now := c.s.now()
 	ends := now.Add(c.lease)
-	_, err := call(c.s, func() (struct{}, error) {
-		return struct{}{}, c.s.b.Extend(ctx, c.scope, c.key, c.token, ends)
-	})
+	err := c.s.call(func() error { return c.s.b.Extend(ctx, c.scope, c.key, c.token, ends) })
 	if err != nil {
 		c.s.fencedOrErr("extend", c.scope, c.key, c.token, err)
 		return err
@@ -254,25 +251,35 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) 
 	s := c.s
 	now := s.now()
 	var kind EventKind
-	_, err := call(s, func() (struct{}, error) {
+	var done *Record // the record completed, for the replay cache
+	err := s.call(func() error {
 		switch d {
 		case DecisionSave:
 			kind = EventCompleted
-			return struct{}{}, s.b.Complete(ctx, c.scope, c.key, c.token,
-				Completion{Result: res, At: now, ExpiresAt: expiresAt(now, c.retention)})
+			comp := completion(res, now, expiresAt(now, c.retention), "")
+			if err := s.b.Complete(ctx, c.scope, c.key, c.token, comp); err != nil {
+				return err
+			}
+			if len(res.Body) <= hotMaxBody {
+				// A copy: the caller may reuse what res holds.
+				done = &Record{Fingerprint: c.fingerprint, Token: c.token, ExpiresAt: comp.ExpiresAt, Result: res.clone()}
+			}
+			return nil
 		case DecisionHold:
 			kind = EventHeld
-			return struct{}{}, s.b.Extend(ctx, c.scope, c.key, c.token, now)
+			return s.b.Extend(ctx, c.scope, c.key, c.token, now)
 		default:
 			kind = EventReleased
-			return struct{}{}, s.b.Release(ctx, c.scope, c.key, c.token,
-				Releasing{At: now, ExpiresAt: expiresAt(now, c.retention), Reason: reason})
+			return s.b.Release(ctx, c.scope, c.key, c.token, releasing(now, expiresAt(now, c.retention), reason))
 		}
 	})
 	s.claimFinished()
 	if err != nil {
 		s.fencedOrErr(kind.String(), c.scope, c.key, c.token, err)
 		return err
+	}
+	if done != nil {
+		s.hot.put(c.scope, c.key, done)
 	}
 	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason})
 	return nil

@@ -23,14 +23,10 @@ func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // SystemClock returns the wall clock.
 func SystemClock() Clock { return systemClock{} }
 
-// wallClock is the Store's reading of the system clock: the time of a
-// wall-clock reading taken at most a second before, advanced by the
-// monotonic clock since. That is one clock read per call rather than
-// time.Now's two (wall and monotonic), which counts on the replay path: on
-// a virtual machine one read can cost 50 ns, as much as the rest of a
-// replay. Between readings it follows the monotonic clock, as comparisons
-// of times read in one process already do; a step of the wall clock shows
-// within a second.
+// wallClock is the Store's reading of the system clock: a wall-clock
+// reading at most a second old, advanced by the monotonic clock since, so
+// that a request costs one clock read rather than time.Now's two (see
+// docs/replay-cache.md). A step of the wall clock shows within a second.
 type wallClock struct {
 	base atomic.Pointer[time.Time] // the latest wall-clock reading, with its monotonic one
 }
@@ -57,21 +53,14 @@ func (c *wallClock) now() time.Time {
 	return t
 }
 
-// A replay answered from the hot set reads no clock: it is judged on the
-// latest reading of the wallClock, which the Store's clockLoop refreshes
-// every coarseEvery, because a fresh reading costs as much as the rest of
-// the replay. That reading may be late, so a record replays on it only if
-// it has more than coarseSlack to live by it; a record nearer its expiry
-// (or past it) is judged again on a fresh reading. Expiry is thus judged as
-// on a fresh reading as long as the latest reading is less than coarseSlack
-// old: only a clockLoop stalled for over a minute (the process stopped or
-// starved that long) lets a record replay after its expiry, and then by no
-// more than the stall's excess over the minute. A step of the wall clock
-// shows within coarseEvery, as it shows within a second in wallClock.now.
-// The count of such a replay carries the reading's time, up to coarseEvery
-// early. The refresh costs ten wake-ups a second while the store is open.
-// The Store does this with the system clock only: any other Clock is read
-// for every replay, so that a test's clock is obeyed exactly.
+// A replay answered from the replay cache reads no clock: it is judged on
+// the latest reading, refreshed every coarseEvery by the Store's
+// clockLoop. It replays on that reading only if the record has more than
+// coarseSlack to live by it; otherwise it is judged on a fresh reading. So
+// expiry is exact unless the refresh stalls for over coarseSlack, and then
+// late by no more than the stall's excess; a replay's count may carry a
+// time up to coarseEvery early. Only the system clock is read this way:
+// any other Clock is read on every request. See docs/replay-cache.md.
 const (
 	coarseEvery = 100 * time.Millisecond
 	coarseSlack = time.Minute

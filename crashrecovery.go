@@ -58,42 +58,39 @@ func (f ResolverFunc) Resolve(ctx context.Context, rec *Record) (Resolution, err
 	return f(ctx, rec)
 }
 
+// recoveryRule settles every stale claim of one scope in place of the
+// Resolver, for scopes whose claims the Store itself can judge (the
+// Journal's, see journalRule). Store.rules holds them by scope.
+type recoveryRule struct {
+	// verdict is the rule's answer for every stale claim of the scope
+	// (VerdictNotCommitted: the only one rules give so far).
+	verdict Verdict
+	// why is the answer's reason, for the Observer; the record's story
+	// reads "recovered: " + why.
+	why string
+	// keep is how long the released record is kept for its story.
+	keep time.Duration
+}
+
 // resolveStale resolves one stale claim. It returns the verdict it applied, or
 // VerdictUnknown with a nil error when someone else changed the record first; in
 // both cases the caller reads the record again. It returns an
 // *OutcomeUnknownError when the claim stays unresolved.
 func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (Verdict, error) {
-	unknown := func() error {
-		return &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
+	if rec.Attention {
+		return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
 			Attention: rec.Attention, NextCheck: rec.NextCheck}
 	}
-	if rec.Attention {
-		return VerdictUnknown, unknown()
-	}
-	if rec.Scope == JournalScope {
-		// A stale journal claim is a plan that was never saved: its step was
-		// never sent, so it is not committed. The caller's resolver knows
-		// nothing of it.
-		err := s.fencedCall(func() error {
-			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token, Releasing{
-				At: now, ExpiresAt: now.Add(time.Hour), Reason: "recovered: plan never saved"})
-		})
-		if err != nil && !errors.Is(err, ErrFenced) {
-			return VerdictUnknown, err
-		}
-		if err == nil {
-			s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
-				Verdict: VerdictNotCommitted.String(), Reason: "plan never saved"})
-		}
-		return VerdictNotCommitted, nil
+	if rule, ok := s.rules[rec.Scope]; ok {
+		return s.applyRule(ctx, rule, rec, now)
 	}
 	if s.o.Resolver == nil {
 		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
 			Reason: "no resolver configured"})
-		return VerdictUnknown, unknown()
 	}
-	if now.Before(rec.NextCheck) {
-		return VerdictUnknown, unknown()
+	if s.o.Resolver == nil || now.Before(rec.NextCheck) {
+		return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
+			Attention: rec.Attention, NextCheck: rec.NextCheck}
 	}
 	s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now})
 	res, err := s.o.Resolver.Resolve(ctx, rec.Clone())
@@ -110,33 +107,19 @@ func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (V
 	}
 	switch res.Verdict {
 	case VerdictCommitted:
-		err = s.fencedCall(func() error {
-			return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, Completion{
-				Result: res.Result, At: now, ExpiresAt: expiresAt(now, retention), Recovered: "committed"})
-		})
+		comp := completion(res.Result, now, expiresAt(now, retention), VerdictCommitted.String())
+		err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
+		if err == nil && len(res.Result.Body) <= hotMaxBody {
+			s.hot.put(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
+				ExpiresAt: comp.ExpiresAt, Result: res.Result.clone()})
+		}
 	case VerdictNotCommitted:
-		err = s.fencedCall(func() error {
-			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token, Releasing{
-				At: now, ExpiresAt: expiresAt(now, retention), Reason: "recovered: not committed"})
+		err = s.call(func() error {
+			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token,
+				releasing(now, expiresAt(now, retention), "recovered: not committed"))
 		})
 	default:
-		checks := rec.Checks + 1
-		backoff := s.o.RecheckBackoff << min(checks-1, 20)
-		if backoff > maxRecheckBackoff || backoff <= 0 {
-			backoff = maxRecheckBackoff
-		}
-		d := Deferral{Checks: checks, NextCheck: now.Add(backoff), Attention: checks >= s.o.MaxUnknown}
-		err = s.fencedCall(func() error { return s.b.Defer(ctx, rec.Scope, rec.Key, rec.Token, d) })
-		if err == nil {
-			kind := EventUnknown
-			if d.Attention {
-				kind = EventAttention
-			}
-			s.observe(Event{Kind: kind, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
-				Verdict: VerdictUnknown.String()})
-			return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: d.Checks,
-				Attention: d.Attention, NextCheck: d.NextCheck}
-		}
+		return s.deferCheck(ctx, rec, now)
 	}
 	switch {
 	case err == nil:
@@ -152,12 +135,49 @@ func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (V
 	}
 }
 
-func (s *Store) fencedCall(fn func() error) error {
-	if err := s.enter(); err != nil {
-		return err
+// deferCheck records an inconclusive answer on the claim: the next check
+// waits RecheckBackoff, doubled for every answer so far, and after
+// MaxUnknown answers the claim needs attention.
+func (s *Store) deferCheck(ctx context.Context, rec *Record, now time.Time) (Verdict, error) {
+	checks := rec.Checks + 1
+	backoff := s.o.RecheckBackoff << min(checks-1, 20)
+	if backoff > maxRecheckBackoff || backoff <= 0 {
+		backoff = maxRecheckBackoff
 	}
-	defer s.leave()
-	return fn()
+	d := Deferral{Checks: checks, NextCheck: now.Add(backoff), Attention: checks >= s.o.MaxUnknown}
+	err := s.call(func() error { return s.b.Defer(ctx, rec.Scope, rec.Key, rec.Token, d) })
+	switch {
+	case err == nil:
+		kind := EventUnknown
+		if d.Attention {
+			kind = EventAttention
+		}
+		s.observe(Event{Kind: kind, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
+			Verdict: VerdictUnknown.String()})
+		return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: d.Checks,
+			Attention: d.Attention, NextCheck: d.NextCheck}
+	case errors.Is(err, ErrFenced):
+		return VerdictUnknown, nil
+	default:
+		s.observeErr("recover", rec.Scope, rec.Key, rec.Token, err)
+		return VerdictUnknown, err
+	}
+}
+
+// applyRule settles a stale claim as its scope's rule says, without the
+// Resolver, whatever its NextCheck.
+func (s *Store) applyRule(ctx context.Context, rule recoveryRule, rec *Record, now time.Time) (Verdict, error) {
+	err := s.call(func() error {
+		return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token, releasing(now, now.Add(rule.keep), "recovered: "+rule.why))
+	})
+	if err != nil && !errors.Is(err, ErrFenced) {
+		return VerdictUnknown, err
+	}
+	if err == nil {
+		s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
+			Verdict: rule.verdict.String(), Reason: rule.why})
+	}
+	return rule.verdict, nil
 }
 
 // sweepWorkers bounds the stale claims one Sweep resolves at once.
@@ -183,10 +203,9 @@ type SweepReport struct {
 // tools and tests call it directly.
 func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
-	if err := s.enter(); err != nil {
-		return rep, err
+	if s.closed.Load() {
+		return rep, ErrClosed
 	}
-	s.leave()
 	s.sweeps.Lock()
 	defer s.sweeps.Unlock()
 	if err := s.flushTallies(ctx); err != nil {
@@ -198,7 +217,11 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 	// keeps failing to resolve and comes back in every batch.
 	for range 16 {
 		now := s.now()
-		stale, err := call(s, func() ([]*Record, error) { return s.b.Stale(ctx, now, batch) })
+		var stale []*Record
+		err := s.call(func() (err error) {
+			stale, err = s.b.Stale(ctx, now, batch)
+			return err
+		})
 		if err != nil {
 			return rep, err
 		}

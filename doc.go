@@ -69,7 +69,7 @@
 //     defeats any store.
 //   - Set Retention longer than the longest pause a run can take: a repeat
 //     after expiry runs the effect again.
-//   - With the system clock and the Badger backend, a replay of a record
+//   - With the system clock, a replay of a record
 //     with over a minute to live is judged on a clock reading refreshed
 //     every 100 ms in the background rather than a fresh one, which would
 //     cost as much as the rest of the replay. Expiry is still judged
@@ -79,6 +79,12 @@
 //     to 100 ms early. Any other Clock is read on every request.
 //   - The Badger backend serves one process at a time (Badger locks its
 //     directory); use pgstore for several replicas.
+//   - The Store caches done records in memory (about 16 MiB) and replays
+//     them without asking the backend until they expire on its clock: a
+//     done record changes only by expiry. With pgstore and several
+//     processes, one whose clock runs ahead may run a key again up to the
+//     skew before this one stops replaying it; a row changed by hand is
+//     not seen until it expires or the Store reopens (docs/replay-cache.md).
 //   - A replayed Result (from Begin or Do) may be shared with every other
 //     replay of its key, so that a replay copies nothing: read its Header
 //     and Body, never modify them.

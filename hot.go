@@ -8,37 +8,28 @@ import (
 	"time"
 )
 
-// The Badger backend's hot set: decoded done records, so that a replay of
-// a recent key is a map lookup rather than a read through the LSM tree and
-// a msgpack decode. The Store answers replays from it directly (Begin's
-// replayHot), without a backend call.
+// The replay cache: done records this Store has completed or read, kept
+// decoded in memory so that a replay of a recent key is a map lookup and
+// makes no backend call, on every backend. Begin asks it first
+// (replayCached).
 //
 // Why a cached record can be trusted: a done record does not change until
-// it expires (its counts live beside it, see AddTallies). Whatever deletes
-// or replaces a record (Reclaim, a claim of an expired record) drops it
-// from the set after its commit, and a reader re-checks expiry with the
-// store's clock on every use (on its latest reading, see coarseSlack).
+// it expires. No Store operation changes a live done record (its counts
+// live beside it, see Tallier); it leaves the storage only by expiry,
+// when Sweep (of any process) reclaims it or a request claims the key
+// again after its ExpiresAt. A reader re-checks expiry with the store's
+// clock on every use, so an expired entry is never served, whatever the
+// storage holds by then; Sweep drops the entries of what it reclaims to
+// free their memory. An operator action added to the Store that changes
+// a done record must drop its entry (hotSet.drop).
 //
-// The set is split into shards by a hash of the scope and key, each with its
-// own lock, so that replays of different keys on different cores do not
-// queue on one lock. A replay takes its shard's lock once, for the lookup
-// and for counting the replay in the entry: the counts are plain fields
-// under that lock, so counting adds no atomic operation to a replay (a
-// read lock would cost the same two as the mutex, and atomic counts two
-// more). The bound on its size is the whole set's, so a poor
-// spread of keys over the shards costs only some contention: the shard hash
-// is a cheap mix of the key's first and last bytes rather than a hash of
-// all of them (the map hashes the key again anyway).
-//
-// Entries are found by (scope, key) as the request gives them, not by the
-// record id the backend stores them under: building an id copies scope and
-// key into a buffer, and the map's hash then reads the copy back before the
-// stores have landed, which costs more than the rest of the lookup.
+// The design and its measurements (sharding, the layout of an entry, the
+// cost of a clock read) are in docs/replay-cache.md.
 
-// hotBytes bounds the set's approximate size; past it, the records put
-// longest ago in the shard receiving a record are evicted first. Records
-// with bodies over hotMaxBody are never kept: a large body is rare enough
-// to be read from the store.
+// hotBytes bounds the cache's approximate size (hotSet.limit); past it,
+// the entries put longest ago in the shard receiving one are evicted
+// first. Results with bodies over hotMaxBody are never kept: a large body
+// is rare enough to be read from the backend.
 const (
 	hotBytes   = 16 << 20
 	hotMaxBody = 16 << 10
@@ -50,31 +41,29 @@ const (
 // hotID names a kept record: its scope and key.
 type hotID struct{ scope, key string }
 
-// hotEntry is one kept record and the replays counted on it that the
-// Store has not yet handed to the backend. What a replay reads and writes
-// comes first, within one cache line; the fingerprint's bytes follow the
-// key's, which the map lookup has just read. Everything but the counts is
-// set before the entry is put and never changed.
+// hotEntry is one kept done record and the replays counted on it that the
+// Store has not yet handed to the backend. What a replay reads comes first.
+// Everything but the counts is set before the entry is put and never
+// changed.
 type hotEntry struct {
 	fingerprint string
 	expiresAt   time.Time
 
 	// replays counts replays answered from this entry since the last
 	// flush; lastReplay is the latest one's store time in Unix
-	// nanoseconds. Both are guarded by the lock of the entry's shard (an
-	// id's shard never changes). An entry is queued on its shard's pending
-	// list exactly when replays goes from zero to one, so that a flush
-	// visits only the entries it must, and a count is never lost: an entry
-	// dropped from the map stays on the list until flushed.
+	// nanoseconds. Both are guarded by the lock of the entry's shard. An
+	// entry is queued on its shard's pending list exactly when replays goes
+	// from zero to one, so a flush visits only the entries it must, and a
+	// count is never lost: an entry dropped from the map stays on the list
+	// until flushed.
 	replays    int64
 	lastReplay int64
 
 	token uint64
-	// result is a copy of rec's: replays hand out its address.
+	// result is what replays hand out the address of.
 	result Result
-	// rec is done and never changed.
-	rec  *Record
-	size int // what size counted for it
+	id     hotID
+	size   int // what size counted for it
 }
 
 type hotShard struct {
@@ -89,9 +78,8 @@ type hotShard struct {
 	_ [64]byte
 }
 
-// hotIndex finds a shard's entries by (scope, key). The empty scope's
-// have a map of their own, by key alone, which hashes and compares one
-// string rather than two: most stores serve one scope. The zero value is
+// hotIndex finds a shard's entries by (scope, key); the empty scope's by
+// key alone, which hashes one string rather than two. The zero value is
 // empty.
 type hotIndex struct {
 	keys   map[string]*hotEntry // the empty scope's entries, by key
@@ -129,15 +117,19 @@ func (x *hotIndex) del(id hotID) {
 
 func (x *hotIndex) len() int { return len(x.keys) + len(x.scoped) }
 
-// hotSet is the set of kept records. The zero value is empty and ready.
+// hotSet is the replay cache.
 type hotSet struct {
 	bytes  atomic.Int64 // the sum of the shards' bytes
+	limit  int64        // the bound on bytes
 	shards [hotShards]hotShard
 }
 
-// shard returns the shard of (scope, key). The scope is mixed in only by
-// its length and first bytes: keys alone spread well enough, and the empty
-// scope costs nothing.
+// newHotSet returns an empty cache holding about limit bytes at most.
+func newHotSet(limit int64) *hotSet { return &hotSet{limit: limit} }
+
+// shard returns the shard of (scope, key): a cheap mix of the key's first
+// and last bytes and the scope's first, not a hash of every byte (the map
+// hashes the key again anyway).
 func (h *hotSet) shard(scope, key string) *hotShard {
 	first, last := ends(key)
 	if scope != "" {
@@ -167,24 +159,20 @@ func le64(s string) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-// size approximates what a kept record costs in memory: the entry and its
-// map slot, the record, and the copies of the key and fingerprint.
-func size(rec *Record) int {
-	n := 2*(len(rec.Key)+len(rec.Scope)+len(rec.Fingerprint)) + 272 + len(rec.Attempts)*72
-	if rec.Result != nil {
-		n += len(rec.Result.Body) + len(rec.Result.Error)
-		for k, vs := range rec.Result.Header {
-			n += len(k)
-			for _, v := range vs {
-				n += len(v) + 16
-			}
+// size approximates what an entry costs in memory: the entry and its map
+// slot, and the copies of the key, scope and fingerprint, and the result.
+func size(id hotID, fp string, res *Result) int {
+	n := len(id.key) + len(id.scope) + len(fp) + 240 + len(res.Body) + len(res.Error)
+	for k, vs := range res.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v) + 16
 		}
 	}
 	return n
 }
 
-// get returns the entry kept for (scope, key), or nil. It allocates
-// nothing.
+// get returns the entry kept for (scope, key), or nil.
 func (h *hotSet) get(scope, key string) *hotEntry {
 	sh := h.shard(scope, key)
 	sh.mu.Lock()
@@ -198,11 +186,11 @@ func (h *hotSet) get(scope, key string) *hotEntry {
 // time it was judged at, which it returns. now is a reading of the store's
 // clock that may be up to behind older than the current time (0 for a
 // fresh reading): an entry live at now+behind is live now; one that is not
-// is judged again on fresh(), read under the lock (rare: only a record
-// near its expiry needs it), so that a reading at most behind old never
-// replays an expired record. full reports that the shard's pending list
-// has grown to its share of maxTallies, so that the caller can ask for an
-// early flush. It allocates nothing (but for the pending list's growth).
+// is judged again on fresh(), read under the lock, so that a late reading
+// never replays an expired record (see coarseSlack). full reports that
+// the shard's pending list has grown to its share of maxTallies, so that
+// the caller can ask for an early flush. It allocates nothing (but for the
+// pending list's growth).
 func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Duration, fresh func() time.Time,
 	count bool) (e *hotEntry, at time.Time, full bool) {
 	sh := h.shard(scope, key)
@@ -235,16 +223,16 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 	return e, now, full
 }
 
-// put keeps rec, the record stored under (scope, key), which must be done
-// (with a result) and must not be changed afterwards.
+// put keeps the done record rec of (scope, key): its Fingerprint, Token,
+// ExpiresAt and Result, which must not be changed afterwards (the cache
+// keeps the Result's header and body, not rec).
 func (h *hotSet) put(scope, key string, rec *Record) {
 	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
 		return
 	}
-	// One allocation for the map's key and scope and the fingerprint: the
+	// One allocation for the key, the fingerprint and the scope: the
 	// caller's strings may share memory with a large request, which the
-	// set would otherwise keep alive, and a replay compares the
-	// fingerprint next to the key it has just read.
+	// cache would otherwise keep alive.
 	var b strings.Builder
 	b.Grow(len(key) + len(rec.Fingerprint) + len(scope))
 	b.WriteString(key)
@@ -253,8 +241,9 @@ func (h *hotSet) put(scope, key string, rec *Record) {
 	all := b.String()
 	fpEnd := len(key) + len(rec.Fingerprint)
 	k := hotID{scope: all[fpEnd:], key: all[:len(key)]}
-	e := &hotEntry{fingerprint: all[len(key):fpEnd], expiresAt: rec.ExpiresAt, token: rec.Token,
-		result: *rec.Result, rec: rec, size: size(rec)}
+	fp := all[len(key):fpEnd]
+	e := &hotEntry{fingerprint: fp, expiresAt: rec.ExpiresAt, token: rec.Token,
+		result: *rec.Result, id: k, size: size(k, fp, rec.Result)}
 	sh := h.shard(k.scope, k.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -267,13 +256,17 @@ func (h *hotSet) put(scope, key string, rec *Record) {
 	sh.m.set(k, e)
 	sh.bytes += delta
 	h.bytes.Add(int64(delta))
-	// Evict this shard's oldest while the set is over its bound. With ids
-	// spread evenly over the shards this is close to evicting the set's
-	// oldest; the bound is exceeded by at most a record per shard. Every
-	// id kept is queued at least once from head on. An id
-	// dropped earlier may still be queued: it is skipped. Each id is queued
-	// once per insertion, so the work is constant per put on average.
-	for h.bytes.Load() > hotBytes && sh.m.len() > 1 && sh.head < len(sh.order) {
+	h.evict(sh, k)
+}
+
+// evict drops sh's oldest entries while the cache is over its limit,
+// keeping k, the one just put. With ids spread evenly over the shards this
+// is close to evicting the cache's oldest; the limit is exceeded by at
+// most an entry per shard. Each id is queued once per insertion (an id
+// dropped earlier may still be queued and is skipped), so the work is
+// constant per put on average. Called with sh.mu held.
+func (h *hotSet) evict(sh *hotShard, k hotID) {
+	for h.bytes.Load() > h.limit && sh.m.len() > 1 && sh.head < len(sh.order) {
 		old := sh.order[sh.head]
 		sh.order[sh.head] = hotID{}
 		sh.head++
@@ -309,11 +302,13 @@ func (h *hotSet) put(scope, key string, rec *Record) {
 	}
 }
 
-func (h *hotSet) drop(scope, key string) {
+// drop forgets the entry of (scope, key) if it holds the record with
+// token, or any entry when token is 0.
+func (h *hotSet) drop(scope, key string, token uint64) {
 	sh := h.shard(scope, key)
 	k := hotID{scope, key}
 	sh.mu.Lock()
-	if old := sh.m.get(k); old != nil {
+	if old := sh.m.get(k); old != nil && (token == 0 || old.token == token) {
 		sh.bytes -= old.size
 		h.bytes.Add(-int64(old.size))
 		sh.m.del(k)
@@ -328,8 +323,11 @@ func (h *hotSet) takeCounts(out []Tally) []Tally {
 		sh := &h.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.pending {
-			out = append(out, Tally{Scope: e.rec.Scope, Key: e.rec.Key, Replays: e.replays,
-				LastReplay: fromUnixNanos(e.lastReplay)})
+			t := Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays}
+			if e.lastReplay != 0 {
+				t.LastReplay = time.Unix(0, e.lastReplay)
+			}
+			out = append(out, t)
 			e.replays = 0
 		}
 		clear(sh.pending)

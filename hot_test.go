@@ -21,7 +21,7 @@ func kept(h *hotSet) (n, bytes int) {
 }
 
 func TestHotSet_BoundedBySize(t *testing.T) {
-	h := new(hotSet)
+	h := newHotSet(hotBytes)
 	body := make([]byte, 8<<10)
 	for i := range 10000 {
 		h.put("", "id-"+strconv.Itoa(i), &Record{State: StateDone, Result: &Result{Body: body}})
@@ -44,10 +44,10 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 	}
 	for i := range h.shards {
 		for key := range h.shards[i].m.keys {
-			h.drop("", key)
+			h.drop("", key, 0)
 		}
 		for id := range h.shards[i].m.scoped {
-			h.drop(id.scope, id.key)
+			h.drop(id.scope, id.key, 0)
 		}
 	}
 	if n, _ := kept(h); h.bytes.Load() != 0 || n != 0 {
@@ -58,7 +58,7 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 // The bench suite's replay workload keeps 20,000 done keys with ~90-byte
 // results: all of them must fit.
 func TestHotSet_HoldsReplayWorkload(t *testing.T) {
-	h := new(hotSet)
+	h := newHotSet(hotBytes)
 	fp := "idemfp1-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
 	body := make([]byte, 94)
 	const n = 20_000
@@ -73,14 +73,14 @@ func TestHotSet_HoldsReplayWorkload(t *testing.T) {
 }
 
 func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
-	h := new(hotSet)
+	h := newHotSet(hotBytes)
 	rec := &Record{State: StateDone, Result: &Result{Body: []byte("x")}}
 	for round := range 200 {
 		for i := range 100 {
 			id := "id-" + strconv.Itoa(i)
 			h.put("", id, rec)
 			if round%2 == 0 {
-				h.drop("", id)
+				h.drop("", id, 0)
 			}
 		}
 	}
@@ -95,7 +95,7 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 // Replays counted while flushes take the counts, some on entries dropped
 // or replaced meanwhile, all reach a flush, with the latest time.
 func TestHotSet_CountLosesNothing(t *testing.T) {
-	h := new(hotSet)
+	h := newHotSet(hotBytes)
 	const keys, goroutines, each = 50, 4, 5000
 	base := time.Unix(1_700_000_000, 0)
 	rec := func(k string) *Record {
@@ -119,7 +119,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 					h.put("", k, rec(k))
 				}
 				if i%97 == 0 {
-					h.drop("", k)
+					h.drop("", k, 0)
 				}
 			}
 		}()
@@ -156,7 +156,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 // A replay is refused, and not counted, for another fingerprint or once
 // the record has expired.
 func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
-	h := new(hotSet)
+	h := newHotSet(hotBytes)
 	now := time.Unix(1_700_000_000, 0)
 	h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
 	if e, _, _ := h.replay("", "k", "other", now, 0, nil, true); e != nil {
@@ -191,7 +191,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 		current := expires.Add(off) // the time a fresh reading gives
 		for _, late := range []time.Duration{0, 1, time.Second, behind / 2, behind - 1, behind,
 			behind + 1, behind + time.Second, 2 * behind} {
-			h := new(hotSet)
+			h := newHotSet(hotBytes)
 			h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: expires, Result: &Result{}})
 			reading := current.Add(-late)
 			freshReads := 0
@@ -235,7 +235,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 // Records of one key in several scopes are kept apart, and a request
 // finds only its own scope's, whatever bytes its scope and key hold.
 func TestHotSet_ScopesKeptApart(t *testing.T) {
-	h := new(hotSet)
+	h := newHotSet(hotBytes)
 	now := time.Unix(1_700_000_000, 0)
 	ids := []hotID{{"", "k"}, {"a", "k"}, {"b", "k"}, {"", "ak"}, {"", recordIDString("a", "k")}}
 	for i, id := range ids {
@@ -250,10 +250,10 @@ func TestHotSet_ScopesKeptApart(t *testing.T) {
 	}
 	for _, id := range []hotID{{"a", ""}, {"ak", ""}, {"a\x00", "k"}, {"\x01a", "k"}, {"c", "k"}} {
 		if e, _, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false); e != nil {
-			t.Fatalf("%+v: replayed %+v", id, e.rec)
+			t.Fatalf("%+v: replayed %+v", id, e.result)
 		}
 	}
-	h.drop("a", "k")
+	h.drop("a", "k", 0)
 	if h.get("a", "k") != nil || h.get("", "k") == nil || h.get("b", "k") == nil {
 		t.Fatal("dropping one scope's record dropped another's, or kept it")
 	}
@@ -269,5 +269,20 @@ func TestSplitRecordID(t *testing.T) {
 		if scope, key := splitRecordID(recordID(id.scope, id.key)); scope != id.scope || key != id.key {
 			t.Fatalf("%+v: split into %q, %q", id, scope, key)
 		}
+	}
+}
+
+// Sweep drops a reclaimed record's entry by token: a newer entry of the
+// key stays.
+func TestHotSet_DropByToken(t *testing.T) {
+	h := newHotSet(hotBytes)
+	h.put("s", "k", &Record{Token: 2, Fingerprint: "fp", Result: &Result{}})
+	h.drop("s", "k", 1)
+	if h.get("s", "k") == nil {
+		t.Fatal("dropped an entry of another token")
+	}
+	h.drop("s", "k", 2)
+	if h.get("s", "k") != nil {
+		t.Fatal("kept the entry of the token dropped")
 	}
 }

@@ -15,16 +15,26 @@ import (
 // never saved, so its step was never sent.
 const JournalScope = "idem.journal"
 
-// DefaultJournalRetention is how long a Journal keeps a planned step when
+// journalRule is how recovery settles a stale claim in JournalScope,
+// without the caller's Resolver, which knows nothing of it: such a claim
+// is a plan that was never saved, so its step was never sent (not
+// committed). Every Store holds it from New on, rather than from NewJournal,
+// so that a sweep after a restart, before the run makes its Journal again,
+// never hands a journal claim to the Resolver.
+func journalRule() recoveryRule {
+	return recoveryRule{verdict: VerdictNotCommitted, why: "plan never saved", keep: time.Hour}
+}
+
+// defaultJournalRetention is how long a Journal keeps a planned step when
 // JournalOptions.Retention is zero: long enough to resume a run days later.
-const DefaultJournalRetention = 30 * 24 * time.Hour
+const defaultJournalRetention = 30 * 24 * time.Hour
 
 // JournalOptions configure a Journal. Nil means the defaults.
 type JournalOptions struct {
 	// Keys derives the steps' idempotency keys. Default KeyDeriver{}.
 	Keys KeyDeriver
 	// Retention is how long a planned step is kept; set it longer than the
-	// longest pause of a run. Default DefaultJournalRetention.
+	// longest pause of a run. Default 30 days.
 	Retention time.Duration
 }
 
@@ -42,7 +52,7 @@ type Journal struct {
 
 // NewJournal returns a Journal keeping its steps in s.
 func NewJournal(s *Store, opts *JournalOptions) *Journal {
-	j := &Journal{s: s, retention: DefaultJournalRetention}
+	j := &Journal{s: s, retention: defaultJournalRetention}
 	if opts != nil {
 		j.keys = opts.Keys
 		if opts.Retention > 0 {
@@ -123,7 +133,7 @@ func (j *Journal) plan(ctx context.Context, st Step, args []byte) (Step, error) 
 			}
 			if now := j.s.now(); rec.State == StateInProgress && rec.Stale(now) && attempt < 100 {
 				// A plan claimed with other arguments and never saved: release
-				// it (recovery knows journal claims) and plan afresh.
+				// it (journalRule) and plan afresh.
 				if _, rerr := j.s.resolveStale(ctx, rec, now); rerr != nil {
 					return st, rerr
 				}

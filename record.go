@@ -125,8 +125,9 @@ type Attempt struct {
 	ClaimedAt time.Time `msgpack:"c"`
 	Owner     string    `msgpack:"o,omitempty"`
 	// EndedAt and Outcome are zero while the claim is open. Outcome is
-	// "completed", "released", "recovered: committed" or
-	// "recovered: not committed".
+	// "completed", "recovered: committed" (recovery saved the downstream
+	// result) or "released" (Reason says why, such as "recovered: not
+	// committed").
 	EndedAt time.Time `msgpack:"e,omitempty"`
 	Outcome string    `msgpack:"x,omitempty"`
 	// Reason says why a claim was released, or notes what happened to it
@@ -136,31 +137,57 @@ type Attempt struct {
 	Status int `msgpack:"s,omitempty"`
 }
 
-// AddAttempt appends a new claim to the story, keeping the first and the
-// latest ones. Backends call it when they store a claim.
-func (r *Record) AddAttempt(a Attempt) {
+// The words of a record's story, chosen here once for every backend: the
+// Store passes them down in Completion.Ending and Releasing.Ending.
+const (
+	outcomeCompleted = "completed"
+	outcomeRecovered = "recovered: " // + Completion.Recovered
+	outcomeReleased  = "released"
+)
+
+// completion is how the Store ends a claim as done: by its holder
+// (recovered empty) or by recovery, which says how it decided.
+func completion(res Result, at, expires time.Time, recovered string) Completion {
+	outcome := outcomeCompleted
+	if recovered != "" {
+		outcome = outcomeRecovered + recovered
+	}
+	return Completion{Result: res, At: at, ExpiresAt: expires, Recovered: recovered,
+		Ending: Ending{At: at, Outcome: outcome, Status: res.Status}}
+}
+
+// releasing is how the Store ends a claim as released, for reason.
+func releasing(at, expires time.Time, reason string) Releasing {
+	return Releasing{At: at, ExpiresAt: expires, Reason: reason,
+		Ending: Ending{At: at, Outcome: outcomeReleased, Reason: reason}}
+}
+
+// addAttempt appends a new claim to the story, keeping the first and the
+// latest ones (at most MaxAttempts). The Badger backend calls it when it
+// stores a claim.
+func (r *Record) addAttempt(a Attempt) {
 	r.Attempts = append(r.Attempts, a)
 	if n := len(r.Attempts); n > MaxAttempts {
 		r.Attempts = append(r.Attempts[:1], r.Attempts[n-MaxAttempts+1:]...)
 	}
 }
 
-// EndAttempt records how the claim with token ended. Backends call it when
-// they complete or release a claim.
-func (r *Record) EndAttempt(token uint64, at time.Time, outcome, reason string, status int) {
+// endAttempt stores e in the attempt of the claim with token, as Ending
+// says. The Badger backend calls it when it completes or releases a claim.
+func (r *Record) endAttempt(token uint64, e Ending) {
 	for i := len(r.Attempts) - 1; i >= 0; i-- {
 		if a := &r.Attempts[i]; a.Token == token {
-			a.EndedAt, a.Outcome, a.Status = at, outcome, status
-			if reason != "" {
-				a.Reason = reason
+			a.EndedAt, a.Outcome, a.Status = e.At, e.Outcome, e.Status
+			if e.Reason != "" {
+				a.Reason = e.Reason
 			}
 			return
 		}
 	}
 }
 
-// NoteAttempt adds a note to the open claim with token.
-func (r *Record) NoteAttempt(token uint64, note string) {
+// noteAttempt adds a note to the open claim with token.
+func (r *Record) noteAttempt(token uint64, note string) {
 	for i := len(r.Attempts) - 1; i >= 0; i-- {
 		if a := &r.Attempts[i]; a.Token == token {
 			a.Reason = note
@@ -177,8 +204,8 @@ type Tally struct {
 	LastReplay, LastRejection      time.Time
 }
 
-// Apply adds t's counts to r.
-func (r *Record) Apply(t Tally) {
+// apply adds t's counts to r.
+func (r *Record) apply(t Tally) {
 	r.Replays += t.Replays
 	r.Conflicts += t.Conflicts
 	r.Mismatches += t.Mismatches

@@ -13,14 +13,15 @@ import (
 	"time"
 )
 
-// Defaults for zero Options fields.
+// Defaults for zero Options fields. Retention and Lease are exported for
+// callers that size their own timings from them.
 const (
 	DefaultRetention      = 24 * time.Hour
 	DefaultLease          = 30 * time.Second
-	DefaultSweepInterval  = 10 * time.Second
-	DefaultMaxUnknown     = 10
-	DefaultRecheckBackoff = time.Second
-	DefaultCloseTimeout   = 30 * time.Second
+	defaultSweepInterval  = 10 * time.Second
+	defaultMaxUnknown     = 10
+	defaultRecheckBackoff = time.Second
+	defaultCloseTimeout   = 30 * time.Second
 	maxRecheckBackoff     = 10 * time.Minute
 )
 
@@ -39,7 +40,9 @@ type Options struct {
 	Lease time.Duration
 
 	// Durability says whether commits are synced to disk (Durable, the
-	// default) or only survive a process crash (Fast). Badger backend only.
+	// default) or only survive a process crash (Fast). It is the setting
+	// Open gives the Badger backend; other backends have their own (see
+	// pgstore). Open refuses a Badger.Durability that differs from it.
 	Durability Durability
 
 	// Resolver answers, for a stale claim, whether its effect happened
@@ -105,13 +108,13 @@ func (o *Options) withDefaults() Options {
 		c.Lease = DefaultLease
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
+		c.SweepInterval = defaultSweepInterval
 	}
 	if c.MaxUnknown <= 0 {
-		c.MaxUnknown = DefaultMaxUnknown
+		c.MaxUnknown = defaultMaxUnknown
 	}
 	if c.RecheckBackoff <= 0 {
-		c.RecheckBackoff = DefaultRecheckBackoff
+		c.RecheckBackoff = defaultRecheckBackoff
 	}
 	if c.Policy == nil {
 		c.Policy = DefaultPolicy
@@ -120,7 +123,7 @@ func (o *Options) withDefaults() Options {
 		c.Clock = SystemClock()
 	}
 	if c.CloseTimeout <= 0 {
-		c.CloseTimeout = DefaultCloseTimeout
+		c.CloseTimeout = defaultCloseTimeout
 	}
 	var obs multiObserver
 	if c.Observer != nil {
@@ -159,9 +162,12 @@ type Store struct {
 	// ops counts backend calls in flight and closed forbids new ones. They
 	// are atomics, off the mutex, because every request touches them: a
 	// call adds itself to ops and then checks closed; Close sets closed and
-	// then waits for ops to drain, so no call runs on a closed backend.
-	ops    atomic.Int64
-	closed atomic.Bool
+	// then waits for drained, closed by whichever of Close and the last call
+	// sees ops at zero with closed set, so no call runs on a closed backend.
+	ops       atomic.Int64
+	closed    atomic.Bool
+	drained   chan struct{}
+	drainOnce sync.Once
 
 	stop      chan struct{} // closed to stop the background goroutines
 	bgDone    chan struct{} // closed when the background sweep has returned
@@ -171,16 +177,16 @@ type Store struct {
 	sweeps    sync.Mutex    // one Sweep at a time
 	counts    tallies       // replays and rejections not yet flushed
 	tallier   Tallier       // the backend, if it keeps counts
-	hot       *hotSet       // the backend's done records in memory, if it keeps them
+	hot       *hotSet       // the replay cache (hot.go)
 	wall      *wallClock    // reads the clock when it is the system clock
+	// rules settle stale claims of a scope in place of the Resolver
+	// (crashrecovery.go); set in New, then only read.
+	rules map[string]recoveryRule
 }
 
-// hotBackend is implemented by backends that keep done records in memory
-// (the Badger backend's hot set), so that Begin answers their replays
-// without a backend call.
-type hotBackend interface {
-	hotRecords() *hotSet
-}
+// errDurability is returned by Open when Options.Durability and
+// Options.Badger.Durability disagree: durability is set in one place.
+var errDurability = errors.New("idem: Options.Badger.Durability differs from Options.Durability: set Options.Durability only")
 
 // Open opens (or creates) a store in a directory on the embedded Badger
 // backend. Claims left open by an earlier process are orphaned at once and
@@ -191,6 +197,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 		o = *opts
 	}
 	bo := o.Badger
+	if bo.Durability != Durable && bo.Durability != o.Durability {
+		return nil, errDurability
+	}
 	bo.Durability = o.Durability
 	if bo.Logger == nil {
 		bo.Logger = o.Logger
@@ -215,17 +224,15 @@ func New(b Backend, opts *Options) *Store {
 	}
 	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
-		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1)}
+		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1), drained: make(chan struct{}),
+		hot: newHotSet(hotBytes), rules: map[string]recoveryRule{JournalScope: journalRule()}}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(Tallier)
 	if _, ok := o.Clock.(systemClock); ok {
 		s.wall = &wallClock{}
 	}
-	if hb, ok := b.(hotBackend); ok {
-		s.hot = hb.hotRecords()
-	}
 	go s.tallyLoop()
-	if s.wall != nil && s.hot != nil {
+	if s.wall != nil {
 		s.wall.refresh()
 		go s.clockLoop()
 	} else {
@@ -279,33 +286,29 @@ func (s *Store) Close() error {
 	}
 
 	s.closed.Store(true)
-	for s.ops.Load() > 0 {
-		// Backend calls are short; a brief wait beats a lock on every call.
-		time.Sleep(100 * time.Microsecond)
+	if s.ops.Load() == 0 {
+		s.drainOnce.Do(func() { close(s.drained) })
 	}
+	<-s.drained
 	return s.b.Close()
 }
 
-// enter admits one backend call, or returns ErrClosed.
-func (s *Store) enter() error {
+// call runs fn, one backend call, unless Close has closed the backend to
+// calls (ErrClosed). Every backend call goes through it.
+func (s *Store) call(fn func() error) error {
 	s.ops.Add(1)
+	defer s.leave()
 	if s.closed.Load() {
-		s.ops.Add(-1)
 		return ErrClosed
 	}
-	return nil
+	return fn()
 }
 
-func (s *Store) leave() { s.ops.Add(-1) }
-
-// call runs one backend call between enter and leave.
-func call[T any](s *Store, fn func() (T, error)) (T, error) {
-	if err := s.enter(); err != nil {
-		var zero T
-		return zero, err
+// leave ends a call, and signals Close when it was the last one.
+func (s *Store) leave() {
+	if s.ops.Add(-1) == 0 && s.closed.Load() {
+		s.drainOnce.Do(func() { close(s.drained) })
 	}
-	defer s.leave()
-	return fn()
 }
 
 // accept refuses new requests once Close began. A request that passes it
@@ -385,7 +388,12 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, err
 	}
-	return call(s, func() (*Record, error) { return s.b.Get(ctx, scope, key) })
+	var rec *Record
+	err := s.call(func() (err error) {
+		rec, err = s.b.Get(ctx, scope, key)
+		return err
+	})
+	return rec, err
 }
 
 func validate(scope, key string) error {
@@ -410,11 +418,10 @@ func (s *Store) background() {
 		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 			s.observeErr("sweep", "", "", 0, err)
 		}
-		// Space reclaimed by the sweep returns to the disk over time: the
-		// backend's own maintenance (Badger's value-log GC) runs here, off
-		// the requests and off the Sweep a caller times.
-		if m, ok := s.b.(interface{ Maintain(context.Context) error }); ok {
-			if _, err := call(s, func() (struct{}, error) { return struct{}{}, m.Maintain(ctx) }); err != nil &&
+		// The backend's own housekeeping runs here, off the requests and off
+		// the Sweep a caller times.
+		if m, ok := s.b.(Maintainer); ok {
+			if err := s.call(func() error { return m.Maintain(ctx) }); err != nil &&
 				!errors.Is(err, ErrClosed) && ctx.Err() == nil {
 				s.observeErr("maintain", "", "", 0, err)
 			}
@@ -426,5 +433,3 @@ func (s *Store) background() {
 		}
 	}
 }
-
-func (s *Store) String() string { return fmt.Sprintf("idem.Store(%T)", s.b) }

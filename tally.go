@@ -16,10 +16,11 @@ import (
 // Sweep, and at Close. A crash loses at most the counts gathered since the
 // last batch, never a result.
 //
-// Replays answered from the Badger backend's hot set, the bulk of them, are
-// counted in the hot entry itself, under the shard lock the replay takes
-// anyway: no other lock and no map lookup on the replay. Everything else (rejections, replays read
-// from storage) is rarer, and is counted in a map under a mutex.
+// Replays answered from the replay cache, the bulk of them, are counted in
+// the cache's entry itself, under the shard lock the replay takes anyway:
+// no other lock and no map lookup on the replay. Everything else
+// (rejections, replays read from the backend) is rarer, and is counted in
+// a map under a mutex.
 
 const (
 	tallyInterval = time.Second
@@ -78,18 +79,15 @@ func (t *tallies) take() map[tallyKey]*Tally {
 }
 
 // takeTallies returns the counts gathered since the last call: those of
-// the map, one Tally per record, then those of the backend's hot set, one
-// per counted entry (a record may have two; backends add them up).
+// the map, one Tally per record, then those of the replay cache, one per
+// counted entry (a record may have two; backends add them up).
 func (s *Store) takeTallies() []Tally {
 	m := s.counts.take()
 	var out []Tally
 	for _, c := range m {
 		out = append(out, *c)
 	}
-	if s.hot != nil {
-		out = s.hot.takeCounts(out)
-	}
-	return out
+	return s.hot.takeCounts(out)
 }
 
 // count notes a replay or a rejection for the record's story.
@@ -121,8 +119,7 @@ func (s *Store) flushTallies(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	_, err := call(s, func() (struct{}, error) { return struct{}{}, t.AddTallies(ctx, batch) })
-	return err
+	return s.call(func() error { return t.AddTallies(ctx, batch) })
 }
 
 // tallyLoop flushes counts every tallyInterval until the store stops,

@@ -28,8 +28,14 @@ func (s *Store) reclaimExpired(ctx context.Context) (int, error) {
 	total := 0
 	for range reclaimBatches {
 		now := s.now()
-		refs, err := call(s, func() ([]Ref, error) { return s.b.Reclaim(ctx, now, reclaimBatch) })
+		var refs []Ref
+		err := s.call(func() (err error) {
+			refs, err = s.b.Reclaim(ctx, now, reclaimBatch)
+			return err
+		})
 		for _, r := range refs {
+			// The cache would not serve an expired record; this frees it.
+			s.hot.drop(r.Scope, r.Key, r.Token)
 			s.observe(Event{Kind: EventExpired, Scope: r.Scope, Key: r.Key, Token: r.Token, Time: now})
 		}
 		total += len(refs)

@@ -60,9 +60,6 @@ func forget(t *testing.T, b *BadgerBackend, keys ...string) {
 		}
 		return nil
 	}))
-	for _, k := range keys {
-		b.hot.drop("", k)
-	}
 }
 
 // readLog returns the log as a crash at this point would leave it.

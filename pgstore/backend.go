@@ -39,8 +39,9 @@ type queries struct {
 // Fencing means the attempt a fenced write ends is the last one: the claim
 // it holds appended it, and only a new claim appends another. endAttempt
 // therefore changes the last element, and only if its token is the fenced
-// token (a row claimed before the story existed has none to end), which is
-// what idem.Record.EndAttempt does.
+// token (a row claimed before the story existed has none to end). What it
+// stores is the idem.Ending the Store gave, as given: the wording of the
+// story is the Store's, the same on every backend.
 //
 // Parameters inside jsonb_build_object have no type to take from a column,
 // so they are given one with CAST (not ::, which under the simple protocol
@@ -53,8 +54,8 @@ func newAttempt(tok string) string {
 }
 
 // boundedStory is the jsonb array a with its first element and its
-// latest ones, at most idem.MaxAttempts in all, as idem.Record.AddAttempt
-// keeps them.
+// latest ones, at most idem.MaxAttempts in all, as every backend keeps
+// them.
 func boundedStory(a string) string {
 	return strings.NewReplacer("{a}", a, "{max}", strconv.Itoa(idem.MaxAttempts), "{latest}", strconv.Itoa(idem.MaxAttempts-1)).Replace(`
 CASE WHEN jsonb_array_length({a}) <= {max} THEN {a}
@@ -65,14 +66,15 @@ END`)
 }
 
 // endAttempt is the new value of the attempts column when the fenced claim
-// (token $3) ends at the time in parameter at, with the outcome, reason and
-// status given as SQL expressions. An empty reason keeps a note the attempt
-// has.
-func endAttempt(at, outcome, reason, status string) string {
+// (token $3) ends as the idem.Ending in the parameters from $n on says:
+// its time, outcome, reason and status. An empty reason keeps a note the
+// attempt has.
+func endAttempt(n int) string {
+	at, outcome, reason, status := "$"+strconv.Itoa(n), "$"+strconv.Itoa(n+1), "$"+strconv.Itoa(n+2), "$"+strconv.Itoa(n+3)
 	return `attempts = CASE WHEN (attempts -> -1 ->> 't')::bigint = $3
 	THEN jsonb_set(attempts, '{-1}', (attempts -> -1)
-		|| jsonb_build_object('e', CAST(` + at + ` AS bigint), 'x', ` + outcome + `, 's', ` + status + `)
-		|| CASE WHEN ` + reason + ` = '' THEN '{}'::jsonb ELSE jsonb_build_object('r', ` + reason + `) END)
+		|| jsonb_build_object('e', CAST(` + at + ` AS bigint), 'x', CAST(` + outcome + ` AS text), 's', CAST(` + status + ` AS bigint))
+		|| CASE WHEN CAST(` + reason + ` AS text) = '' THEN '{}'::jsonb ELSE jsonb_build_object('r', CAST(` + reason + ` AS text)) END)
 	ELSE attempts END`
 }
 
@@ -139,17 +141,18 @@ SELECT * FROM claimed
 UNION ALL
 SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`),
 
-		// complete's $8 is the attempt's outcome and $9 the result's status.
+		// complete's $8 to $11 are the attempt's Ending.
 		complete: r.Replace(`
 UPDATE {table} SET state = 2, result = $4, done_at = $5, expires_at = $6, recovered = $7,
 	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `,
-	` + endAttempt("$5", "CAST($8 AS text)", "''", "CAST($9 AS bigint)") + `
+	` + endAttempt(8) + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
+		// release's $7 to $10 are the attempt's Ending.
 		release: r.Replace(`
 UPDATE {table} SET state = 3, done_at = $4, expires_at = $5, recovered = $6,
 	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `,
-	` + endAttempt("$4", "'released'::text", "CAST($6 AS text)", "0") + `
+	` + endAttempt(7) + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
 		extend: r.Replace(`
@@ -332,18 +335,19 @@ func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64,
 	if err != nil {
 		return err
 	}
-	outcome := "completed"
-	if c.Recovered != "" {
-		outcome = "recovered: " + c.Recovered
-	}
 	return b.fenced(ctx, "complete", scope, key, token, b.q.complete,
-		res, encodeTime(c.At), encodeTime(c.ExpiresAt), text(c.Recovered), text(outcome), int64(c.Result.Status))
+		append([]any{res, encodeTime(c.At), encodeTime(c.ExpiresAt), text(c.Recovered)}, ending(c.Ending)...)...)
+}
+
+// ending is the parameters of endAttempt for e.
+func ending(e idem.Ending) []any {
+	return []any{encodeTime(e.At), text(e.Outcome), text(e.Reason), int64(e.Status)}
 }
 
 // Release implements idem.Backend.
 func (b *Backend) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
 	return b.fenced(ctx, "release", scope, key, token, b.q.release,
-		encodeTime(r.At), encodeTime(r.ExpiresAt), text(r.Reason))
+		append([]any{encodeTime(r.At), encodeTime(r.ExpiresAt), text(r.Reason)}, ending(r.Ending)...)...)
 }
 
 // Extend implements idem.Backend.

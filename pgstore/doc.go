@@ -78,12 +78,20 @@
 // often; they are retried with a jittered back-off (up to eight attempts
 // within the statement timeout), then reported as unavailable.
 //
+// Each Store replays the done records it completed or read from its own
+// memory until they expire on its clock, without a round trip (see
+// idem's docs/replay-cache.md). Another instance cannot change a done
+// record before it expires, but one whose clock runs ahead may reclaim it
+// or run the key again up to the skew earlier, and a row changed by hand
+// is not seen by a running Store until it expires: keep the instances'
+// clocks in sync and change rows only through idem.
+//
 // The hand-out deadline is computed from the sweeping instance's clock and
 // compared with the others' clocks: keep the instances' clocks within a
 // fraction of HandOut of each other, or sweeps do some work twice.
 //
-// Informational text (a release's reason, the owner's name) is stored as
-// text: invalid UTF-8 in it is replaced and NUL bytes are dropped.
+// Informational text (a release's reason, the owner's name, the story's
+// wording, which the Store chooses) is stored as text: invalid UTF-8 in it is replaced and NUL bytes are dropped.
 // Fingerprints and results are stored as bytes and come back exactly.
 // Times before the year 1678 or after 2262 are clamped to that range.
 //

@@ -38,20 +38,22 @@ func TestBackend_Story_InEveryRead(t *testing.T) {
 	require.NoError(t, b.Extend(ctx, "s", "k", rec.Token, epoch.Add(time.Hour)))
 	require.NoError(t, b.Defer(ctx, "s", "k", rec.Token, idem.Deferral{Checks: 1, NextCheck: epoch}))
 	at := epoch.Add(1500 * time.Millisecond).Add(7)
-	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, idem.Releasing{At: at, ExpiresAt: at.Add(retention), Reason: "nul\x00 and \xff"}))
+	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, idem.Releasing{At: at, ExpiresAt: at.Add(retention), Reason: "nul\x00 and \xff",
+		Ending: idem.Ending{At: at, Outcome: "released", Reason: "nul\x00 and \xff"}}))
 	want[0].EndedAt, want[0].Outcome, want[0].Reason = at, "released", "nul and \uFFFD"
 	var scanned []*idem.Record
 	require.NoError(t, b.Scan(ctx, func(r *idem.Record) bool { scanned = append(scanned, r); return true }))
 	require.Len(t, scanned, 1)
 	require.Equal(t, want, scanned[0].Attempts)
 
-	// The next claim goes on with the story; a recovery's completion ends
-	// it with the recovery's word and the result's status.
+	// The next claim goes on with the story; a completion ends it with
+	// the Ending it is given, made storable.
 	rec2, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", at))
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.NoError(t, b.Complete(ctx, "s", "k", rec2.Token, idem.Completion{
-		Result: idem.Result{Status: 599}, At: at.Add(time.Second), ExpiresAt: at.Add(retention), Recovered: "committed\x00"}))
+		Result: idem.Result{Status: 599}, At: at.Add(time.Second), ExpiresAt: at.Add(retention), Recovered: "committed\x00",
+		Ending: idem.Ending{At: at.Add(time.Second), Outcome: "recovered: committed\x00", Status: 599}}))
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	want = append(want, idem.Attempt{Token: rec2.Token, ClaimedAt: at, Owner: "test",
