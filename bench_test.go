@@ -227,7 +227,7 @@ func runSplitN(n, g int, fn func(i int)) {
 // counting of replays (Record.Replays): counts are gathered in memory and
 // flushed in batches, so the rate must not fall. "off" hides the backend's
 // Tallier (untallied), so nothing is counted, and keeps the rest of the
-// backend, its hot set among it, so that the two differ in counting only.
+// backend, its replay cache among it, so that the two differ in counting only.
 func BenchmarkReplay_Counting(b *testing.B) {
 	for _, counting := range []bool{true, false} {
 		name := "on"

@@ -175,10 +175,10 @@ func missNotes() map[string]string {
 		"cycle-1-aim": "0.8× needs fewer than two synced writes per cycle at one goroutine, which the contract (a " +
 			"claim durable before the effect, a result durable before the answer) does not allow for a single " +
 			"caller: only concurrent callers can share syncs.",
-		"replay-bbolt": "A replay of a key in idem's hot set never reaches Badger; a key read once since the " +
+		"replay-bbolt": "A replay of a key in idem's replay cache never reaches Badger; a key read once since the " +
 			"store opened is not in it yet, and its first replay reads the LSM tree and decodes the record " +
 			"(30-50 µs), which shows in the first repetition after a reopen.",
-		"replay-map": "A replay is a Begin answered from idem's hot set: one lookup by (scope, key) in a sharded " +
+		"replay-map": "A replay is a Begin answered from idem's replay cache: one lookup by (scope, key) in a sharded " +
 			"map under the shard's lock, expiry judged on a clock reading refreshed every 100 ms, the " +
 			"fingerprint compared, the replay counted, no allocation. The map contender does the lookup alone, " +
 			"with no expiry, fingerprint or count, and with the very key strings it stored, so its compares " +
@@ -186,7 +186,7 @@ func missNotes() map[string]string {
 			"entry, to save a cache miss per replay.",
 		"mem": "Badger reads its tables through mmap, so after random reads its table files are resident in the " +
 			"process almost whole (RssFile, about 115 MiB at 1M keys), beside its memtable arena, block and " +
-			"index caches and idem's hot set of recent records (RssAnon, about 30 MiB). SQLite reads through " +
+			"index caches and idem's replay cache of recent records (RssAnon, about 30 MiB). SQLite reads through " +
 			"its 2 MiB page cache and leaves the rest to the kernel's page cache, which RSS does not count " +
 			"(RssAnon 10 MiB). Even without the mapped tables, idem's caches alone exceed SQLite's whole figure. " +
 			"The figure also swings with Badger's compactions: the counts of the 10,000 warm replays are " +
