@@ -226,8 +226,8 @@ func runSplitN(n, g int, fn func(i int)) {
 // BenchmarkReplay_Counting compares the replay path with and without the
 // counting of replays (Record.Replays): counts are gathered in memory and
 // flushed in batches, so the rate must not fall. "off" hides the backend's
-// Tallier (untallied), so nothing is counted, and keeps the rest of the
-// backend, its replay cache among it, so that the two differ in counting only.
+// Tallier (untallied), so nothing is counted; the Store's replay cache
+// serves both, so that the two differ in counting only.
 func BenchmarkReplay_Counting(b *testing.B) {
 	for _, counting := range []bool{true, false} {
 		name := "on"
