@@ -43,20 +43,39 @@ func directContender() Contender {
 		Name: "odirect", Kind: "limit", Durable: true,
 		Config: "pwrite of a 4 KiB aligned block through an O_DIRECT|O_DSYNC descriptor, per cycle, on the same " +
 			"preallocated 16 MiB file as fdatasync (idem's log writes its frames this way)",
-		Open: func(ctx context.Context, dir string) (Store, error) {
-			s, err := openFsync(dir)
-			if err != nil {
-				return nil, err
-			}
-			fd, err := unix.Open(s.f.Name(), unix.O_WRONLY|unix.O_DIRECT|unix.O_DSYNC|unix.O_CLOEXEC, 0)
-			if err != nil {
-				s.Close()
-				return nil, err
-			}
-			s.direct = fd
-			return s, nil
-		},
+		Open: func(ctx context.Context, dir string) (Store, error) { return openDirect(dir, 1) },
 	}
+}
+
+// twoWritesContender is the contract's ceiling for a lone caller (issue
+// 15): a durable cycle makes the claim durable before the effect runs and
+// the result durable before the caller is answered, so one caller needs
+// two synced writes per cycle however the store is built. Each cycle is
+// two 4 KiB pwrites through an O_DIRECT|O_DSYNC descriptor, as idem's log
+// writes its frames.
+func twoWritesContender() Contender {
+	return Contender{
+		Name: "twowrites", Kind: "limit", Durable: true,
+		Config: "two 4 KiB aligned pwrites through an O_DIRECT|O_DSYNC descriptor per cycle (one for the claim, one " +
+			"for the result), on the same preallocated 16 MiB file as fdatasync: the contract's ceiling for one caller",
+		Open: func(ctx context.Context, dir string) (Store, error) { return openDirect(dir, 2) },
+	}
+}
+
+// openDirect opens the raw loop writing through an O_DIRECT|O_DSYNC
+// descriptor, writes times per cycle.
+func openDirect(dir string, writes int) (*fsyncStore, error) {
+	s, err := openFsync(dir)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(s.f.Name(), unix.O_WRONLY|unix.O_DIRECT|unix.O_DSYNC|unix.O_CLOEXEC, 0)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.direct, s.writes = fd, writes
+	return s, nil
 }
 
 // fsyncStore is the raw sync loop.
@@ -64,8 +83,8 @@ type fsyncStore struct {
 	f    *os.File
 	next atomic.Int64 // the next block to write, modulo the file's blocks
 	// direct, if above zero, is an O_DIRECT|O_DSYNC descriptor of f's
-	// file, written instead of f and fdatasync.
-	direct int
+	// file, written instead of f and fdatasync, writes times per cycle.
+	direct, writes int
 }
 
 func openFsync(dir string) (*fsyncStore, error) {
@@ -102,8 +121,15 @@ func (s *fsyncStore) Cycle(ctx context.Context, key string) error {
 		skip := (syncBlock - int(uintptr(unsafe.Pointer(&mem[0]))%syncBlock)) % syncBlock
 		buf := mem[skip : skip+syncBlock]
 		copy(buf, key)
-		_, err := unix.Pwrite(s.direct, buf, off)
-		return err
+		for w := range s.writes {
+			if w > 0 {
+				off = (s.next.Add(1) % (syncFile / syncBlock)) * syncBlock
+			}
+			if _, err := unix.Pwrite(s.direct, buf, off); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	var buf [syncBlock]byte
 	copy(buf[:], key)

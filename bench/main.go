@@ -8,11 +8,11 @@
 // Usage:
 //
 //	cd bench && go run . -quick   # a quick look: 100 ms repetitions, 2,000 and 20,000 retained keys
-//	cd bench && go run .          # full mode, about 10 minutes: longer repetitions, 1,000,000 retained keys
+//	cd bench && go run .          # full mode, about an hour: longer repetitions, 1,000,000 retained keys and sustained cycles
 //
-// It writes results/report.md (the tables, the targets of issue 5 judged
-// on this run, the machine), results/results.json (every repetition) and
-// results/chart.svg.
+// It writes results/report.md (the tables, the targets of issues 5 and
+// 15 judged on this run, the machine), results/results.json (every
+// repetition), results/chart.svg and results/sustained.svg.
 //
 // Servers: $IDEM_POSTGRES_URL names a PostgreSQL server; without it the
 // suite starts a throwaway cluster when PostgreSQL's binaries are
@@ -50,10 +50,10 @@ func main() {
 
 func mainErr(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys (about a minute)")
+	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys, 10,000 sustained cycles (a few minutes)")
 	out := fs.String("out", "results", "directory for report.md, results.json and chart.svg")
 	only := fs.String("only", "", "comma-separated contenders to run (default all)")
-	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,replay,hot,dataset,fingerprint,http (default all)")
+	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,replay,hot,dataset,sustained,fingerprint,http (default all)")
 	tmp := fs.String("tmp", "", "directory for the stores (default the system's temporary directory)")
 	child := fs.String("child", "", "internal: run as a child process of the named workload")
 	render := fs.String("render", "", "render the report again from this results.json into -out, measuring nothing")
@@ -135,6 +135,8 @@ func runChild(ctx context.Context, which string, args []string) error {
 	switch which {
 	case "dataset":
 		return datasetChild(ctx, args)
+	case "sustained":
+		return sustainedChild(ctx, args)
 	}
 	return fmt.Errorf("unknown child %q", which)
 }

@@ -32,6 +32,10 @@ type Plan struct {
 	// MicroDuration bounds each repetition of the CPU-bound workloads
 	// (fingerprint, HTTP replay).
 	MicroDuration time.Duration `json:"micro_duration_ns"`
+	// SustainedCycles is how many durable cycles the sustained-write
+	// workload runs per contender, sampling memory every SustainedEvery.
+	SustainedCycles int `json:"sustained_cycles"`
+	SustainedEvery  int `json:"sustained_every"`
 }
 
 // quickPlan is a quick look, a minute and a half on the shared 2-core
@@ -39,7 +43,9 @@ type Plan struct {
 // workload, 3 repetitions each, but short ones (100 ms), 2,000 and 20,000
 // retained keys rather than 10,000 and 1,000,000, and no retained keys
 // for idem on PostgreSQL (loaded through the public API in every
-// repetition: a third of the dataset workloads' time). What remains is
+// repetition: a third of the dataset workloads' time), and 10,000
+// sustained cycles per store instead of 1,000,000 (about another minute,
+// most of it the durable peers). What remains is
 // mostly fixed costs per repetition: a fresh store, a sync before each
 // measurement, PostgreSQL's connections. The full plan is the reference.
 func quickPlan() Plan {
@@ -47,7 +53,8 @@ func quickPlan() Plan {
 		Mode: "quick", Reps: 3, Duration: 100 * time.Millisecond, Warm: 20 * time.Millisecond, MaxOps: 1_000_000,
 		ReplayKeys: 1_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
 		SmallSize: 2_000, LargeSize: 20_000, Stale: 100, ServerLargeMax: 0,
-		MicroDuration: 100 * time.Millisecond,
+		MicroDuration:   100 * time.Millisecond,
+		SustainedCycles: 10_000, SustainedEvery: 1_000,
 	}
 }
 
@@ -57,7 +64,8 @@ func fullPlan() Plan {
 		Mode: "full", Reps: 3, Duration: time.Second, Warm: 100 * time.Millisecond, MaxOps: 10_000_000,
 		ReplayKeys: 20_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
 		SmallSize: 10_000, LargeSize: 1_000_000, Stale: 100, ServerLargeMax: 100_000,
-		MicroDuration: time.Second,
+		MicroDuration:   time.Second,
+		SustainedCycles: 1_000_000, SustainedEvery: 50_000,
 	}
 }
 
@@ -67,6 +75,7 @@ func smokePlan() Plan {
 		Mode: "smoke", Reps: 1, Duration: 50 * time.Millisecond, Warm: 10 * time.Millisecond, MaxOps: 20,
 		ReplayKeys: 20, HotKeys: 2, HotGoroutines: 4, HotEpoch: 8,
 		SmallSize: 200, LargeSize: 400, Stale: 5, ServerLargeMax: 400,
-		MicroDuration: 10 * time.Millisecond,
+		MicroDuration:   10 * time.Millisecond,
+		SustainedCycles: 400, SustainedEvery: 100,
 	}
 }

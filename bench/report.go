@@ -43,6 +43,11 @@ func writeResults(dir string, r *Results) error {
 	if err := os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(chartSVG(r)), 0o644); err != nil {
 		return err
 	}
+	if svg := sustainedSVG(r); svg != "" {
+		if err := os.WriteFile(filepath.Join(dir, "sustained.svg"), []byte(svg), 0o644); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(reportMarkdown(r)), 0o644)
 }
 
@@ -78,7 +83,7 @@ func reportMarkdown(r *Results) string {
 		r.Machine.Cores, r.Machine.LoadStart, r.Machine.LoadEnd)
 	p("![Rates of the main workloads](chart.svg)\n\n")
 
-	p("## Targets (issue 5)\n\n")
+	p("## Targets (issues 5 and 15)\n\n")
 	p("Judged on this run's medians; never asserted in tests.\n\n")
 	p("| target | want | got | verdict | margin |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
@@ -124,6 +129,8 @@ func reportMarkdown(r *Results) string {
 		p("\n")
 	}
 	p("\nUnits: cycles/s, replays/s, requests/s (higher is better).\n")
+
+	b.WriteString(sustainedMarkdown(r))
 
 	p("\n## Workloads\n")
 	for _, w := range r.Workloads {

@@ -20,7 +20,8 @@ type Suite struct {
 	servers    *Servers
 	contenders []Contender
 	// workloads, when not empty, limits the run to these workload groups
-	// ("cycle", "replay", "hot", "dataset", "fingerprint", "http").
+	// ("cycle", "replay", "hot", "dataset", "sustained", "fingerprint",
+	// "http").
 	workloads []string
 	tmp       string // every namespace directory lives under it
 	logf      func(format string, args ...any)
@@ -51,7 +52,7 @@ func allContenders(srv *Servers) []Contender {
 	cs = append(cs, memoryContender())
 	cs = append(cs, pgxContender(srv))
 	cs = append(cs, redisContenders(srv)...)
-	cs = append(cs, fsyncContender(), directContender())
+	cs = append(cs, fsyncContender(), directContender(), twoWritesContender())
 	return cs
 }
 
@@ -74,6 +75,7 @@ func (s *Suite) Run(ctx context.Context) error {
 		{"replay", s.replays},
 		{"hot", s.hotKeys},
 		{"dataset", s.datasets},
+		{"sustained", s.sustained},
 		{"fingerprint", s.fingerprints},
 		{"http", s.httpReplays},
 	}

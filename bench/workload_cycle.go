@@ -59,15 +59,17 @@ func cycleOp(st Store, seed uint64) (func(context.Context, int) error, error) {
 	if !ok {
 		return nil, naError("no claim protocol")
 	}
-	return func(ctx context.Context, i int) error {
-		k := keyOf(seed, i)
-		a, err := cl.Begin(ctx, k, benchFP)
-		if err != nil {
-			return err
-		}
-		if a.Outcome != Claimed {
-			return fmt.Errorf("fresh key %q not claimed (outcome %d)", k, a.Outcome)
-		}
-		return cl.Complete(ctx, k, a, benchResult)
-	}, nil
+	return func(ctx context.Context, i int) error { return claimComplete(ctx, cl, keyOf(seed, i), benchResult) }, nil
+}
+
+// claimComplete claims the fresh key k and saves result.
+func claimComplete(ctx context.Context, cl Claimer, k string, result []byte) error {
+	a, err := cl.Begin(ctx, k, benchFP)
+	if err != nil {
+		return err
+	}
+	if a.Outcome != Claimed {
+		return fmt.Errorf("fresh key %q not claimed (outcome %d)", k, a.Outcome)
+	}
+	return cl.Complete(ctx, k, a, result)
 }

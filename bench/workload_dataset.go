@@ -79,6 +79,14 @@ func (s *Suite) datasets(ctx context.Context) error {
 				"once and each repetition reopens a copy (a restarted process); the map and the servers are loaded in " +
 				"each repetition; for servers the figure is the server's memory growth where known",
 			Unit: "MiB", Reference: "idem"})
+		s.addWorkload(Workload{ID: "mem-anon-" + l, Title: "Anonymous memory (RssAnon) with " + l + " retained keys",
+			About: "the part of the figure above that is not backed by a file: heap, stacks, caches and allocator " +
+				"buffers, which the host pays for (a store's mapped table files, RssFile, are page cache the kernel can " +
+				"reclaim; see the next table)",
+			Unit: "MiB", Reference: "idem"})
+		s.addWorkload(Workload{ID: "mem-file-" + l, Title: "File-backed memory (RssFile) with " + l + " retained keys",
+			About: "the part of the resident memory above that maps files: mapped tables and the binary itself",
+			Unit:  "MiB", Reference: "idem"})
 		s.addWorkload(Workload{ID: "disk-" + l, Title: "Bytes on disk per retained key, " + l + " keys",
 			About: "blocks allocated under the store's directory after Close (du), divided by the keys; " +
 				"for servers, the table's or append-only file's size",
@@ -101,7 +109,7 @@ func (s *Suite) datasets(ctx context.Context) error {
 	}
 	for _, n := range sizes {
 		l := sizeLabel(n)
-		ids := []string{"mem-" + l, "disk-" + l, "sweep-" + l, "sweep-idx-" + l}
+		ids := []string{"mem-" + l, "mem-anon-" + l, "mem-file-" + l, "disk-" + l, "sweep-" + l, "sweep-idx-" + l}
 		if n == s.plan.SmallSize {
 			ids = append(ids, "heap-empty", "rss-empty")
 		}
@@ -218,6 +226,13 @@ func (s *Suite) addDataset(c Contender, n int, ids []string, r *datasetReport, e
 		s.add("mem-"+l, c.Name, 0, nil, naError("memory is the server's, not measured"))
 	default:
 		s.add("mem-"+l, c.Name, mib(r.RSS), detail, nil)
+	}
+	if r.ServerMem >= 0 || r.FootNote != "" {
+		s.add("mem-anon-"+l, c.Name, 0, nil, naError("memory is the server's"))
+		s.add("mem-file-"+l, c.Name, 0, nil, naError("memory is the server's"))
+	} else {
+		s.add("mem-anon-"+l, c.Name, mib(r.RSSAnon), nil, nil)
+		s.add("mem-file-"+l, c.Name, mib(r.RSSFile), nil, nil)
 	}
 	switch {
 	case r.ServerDisk >= 0:
