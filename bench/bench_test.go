@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,5 +61,47 @@ func TestSuite_Smoke(t *testing.T) {
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v, %d bytes", f, err, len(b))
 		}
+	}
+}
+
+// TestSustained_RenderFromJSON checks that the sustained workload's
+// samples survive results.json, so that -render draws the same table and
+// chart as the run did.
+func TestSustained_RenderFromJSON(t *testing.T) {
+	r := &Results{Mode: "smoke", Plan: smokePlan(), Contenders: []ContenderInfo{{Name: "idem", Kind: "idem"}}}
+	s := &Suite{res: r, logf: t.Logf}
+	s.addWorkload(Workload{ID: "sustained-anon-peak", Unit: "MiB", Reference: "idem"})
+	samples := []sustainedSample{{Cycles: 100, Anon: 10 << 20, File: 2 << 20, Heap: 5 << 20},
+		{Cycles: 200, Anon: 20 << 20, File: 3 << 20, Heap: 6 << 20}}
+	s.add("sustained-anon-peak", "idem", 21, map[string]any{"samples": samples}, nil)
+	dir := t.TempDir()
+	if err := writeResults(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readResults(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := sustainedRuns(back)
+	if len(runs) != 1 || len(runs[0].samples) != 2 || runs[0].samples[1] != samples[1] {
+		t.Fatalf("samples after the round trip: %+v", runs)
+	}
+	if !strings.Contains(sustainedMarkdown(back), "| 200 | 20 / 3 / 6 |") {
+		t.Errorf("the report's memory-over-time table lacks the second sample:\n%s", sustainedMarkdown(back))
+	}
+	if svg := sustainedSVG(back); !strings.Contains(svg, "<polyline") {
+		t.Errorf("the chart draws no line:\n%s", svg)
+	}
+}
+
+// TestSustainedResult checks the sustained workload's results: 1 KiB of
+// valid JSON, different for different keys.
+func TestSustainedResult(t *testing.T) {
+	a, b := sustainedResult(1, 1), sustainedResult(1, 2)
+	if len(a) != sustainedResultSize || !json.Valid(a) {
+		t.Fatalf("result of %d bytes, valid JSON %v: %s", len(a), json.Valid(a), a)
+	}
+	if bytes.Equal(a, b) {
+		t.Error("two keys got the same result")
 	}
 }

@@ -104,8 +104,7 @@ func linePanel(title string, runs []sustainedSeries, get func(sustainedSample) i
 	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#777" font-size="10" text-anchor="end">%s cycles</text>`+"\n",
 		lineChartLeft+lineChartWidth, y+lineChartHeight+14, groupThousands(fmt.Sprint(maxCycles)))
 	for i, s := range runs {
-		pts := make([]string, 0, len(s.samples)+1)
-		pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(0), py(0)))
+		pts := make([]string, 0, len(s.samples))
 		for _, p := range s.samples {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.Cycles), py(mib(get(p)))))
 		}

@@ -201,13 +201,16 @@ func sustainedSamples(m *Measurement) []sustainedSample {
 func sustainedResult(seed uint64, i int) []byte {
 	const head = `{"object":"refund","status":"succeeded","currency":"eur","amount":4200,` +
 		`"reason":"requested_by_customer","metadata":{"order":"ord_1234567890","agent":"support-bot",` +
-		`"tool":"refund.create"},"balance_transaction":"txn_`
+		`"tool":"refund.create"},"description":"`
+	const filler = "Refund of order ord_1234567890 issued by the support agent after the customer's request. "
+	const tail = `","token":"`
 	const b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	out := make([]byte, 0, sustainedResultSize)
-	for len(out) < sustainedResultSize/2 {
-		out = append(out, head...)
+	out = append(out, head...)
+	for len(out) < sustainedResultSize/2-len(tail) {
+		out = append(out, filler[len(out)%len(filler)])
 	}
-	out = out[:sustainedResultSize/2]
+	out = append(out, tail...)
 	x := seed ^ uint64(i)
 	for len(out) < sustainedResultSize-2 {
 		x = splitmix(x)
