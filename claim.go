@@ -199,7 +199,10 @@ func (s *Store) replayClock() (time.Time, time.Duration) {
 }
 
 // Complete saves res as the key's result: every repeat replays it until the
-// record expires. It fails with ErrFenced if the claim is no longer current.
+// record expires. It fails with ErrFenced if the claim is no longer current,
+// and with a *NotRecordedError (ErrOutcomeNotRecorded) if storage failed or
+// the store closed: the claim then stays for recovery. Release and Hold
+// fail the same ways.
 func (c *Claim) Complete(ctx context.Context, res Result) error {
 	return c.end(ctx, DecisionSave, res, "")
 }
@@ -276,7 +279,11 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) 
 	s.claimFinished()
 	if err != nil {
 		s.fencedOrErr(kind.String(), c.scope, c.key, c.token, err)
-		return err
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
+		// The effect ran: a failed end must not read as "did not run".
+		return &NotRecordedError{Scope: c.scope, Key: c.key, Cause: err}
 	}
 	if done != nil {
 		s.hot.put(c.scope, c.key, done)
@@ -302,9 +309,13 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 //
 // A replayed result whose first run returned an error saved by the policy
 // comes back with a *SavedError. A replayed result's Header and Body may be
-// shared with every other replay of the key: read them, never modify them. If fn ran but its result could not be
-// saved, Do returns fn's result and an error wrapping ErrUnavailable; the
-// claim is then left for recovery.
+// shared with every other replay of the key: read them, never modify them.
+//
+// If fn ran but its outcome could not be recorded (storage failed, or
+// Close ran out of CloseTimeout while fn ran), Do returns fn's result and a
+// *NotRecordedError, which matches ErrOutcomeNotRecorded and never
+// ErrUnavailable or ErrClosed: the effect may have happened, and the claim
+// is left for recovery, so a retry with the key never runs it twice.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
 	c, saved, err := s.Begin(ctx, req)
 	if err != nil {
@@ -361,7 +372,12 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		endErr = c.Release(endCtx, reason)
 	}
 	if endErr != nil {
-		return res, false, fmt.Errorf("idem: effect for key %q ran but its outcome was not recorded: %w", req.Key, errors.Join(endErr, err))
+		nr := &NotRecordedError{Scope: req.Scope, Key: req.Key, Cause: endErr, Err: err}
+		var inner *NotRecordedError
+		if errors.As(endErr, &inner) {
+			nr.Cause = inner.Cause
+		}
+		return res, false, nr
 	}
 	return res, false, err
 }

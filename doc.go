@@ -33,7 +33,11 @@
 //   - a done record with the same fingerprint: the saved Result is replayed;
 //   - any record with a different fingerprint: *MismatchError (HTTP 422);
 //   - a malformed key: ErrInvalidKey (HTTP 400);
-//   - storage failure: ErrUnavailable (HTTP 503), and the effect does not run.
+//   - storage failure: ErrUnavailable (HTTP 503), and the effect does not run;
+//   - the effect ran but its outcome could not be recorded (storage failed
+//     after it, or Close ran out of CloseTimeout under it):
+//     *NotRecordedError (ErrOutcomeNotRecorded), never ErrUnavailable or
+//     ErrClosed; the claim stays for recovery.
 //
 // The claim is the lock: of any number of concurrent claimers exactly one
 // wins. Each claim carries a fencing token that changes on every claim;

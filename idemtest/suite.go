@@ -67,6 +67,8 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Contract_InvalidKey", testContractInvalidKey},
 		{"Contract_Unavailable", testContractUnavailable},
 		{"Contract_Closed", testContractClosed},
+		{"Contract_NotRecordedEveryPath", testContractNotRecorded},
+		{"Contract_ClosedUnderEffect", testContractClosedUnderEffect},
 		{"Contract_ExpiredRunsAgain", testContractExpired},
 		{"Fencing_StaleTokenChangesNothing", testFencing},
 		{"Fencing_TokensNeverRepeat", testTokensNeverRepeat},
@@ -297,6 +299,20 @@ func (f *failing) Get(ctx context.Context, scope, key string) (*idem.Record, err
 		return nil, errInjected
 	}
 	return f.Backend.Get(ctx, scope, key)
+}
+
+func (f *failing) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
+	if f.broken() {
+		return errInjected
+	}
+	return f.Backend.Release(ctx, scope, key, token, r)
+}
+
+func (f *failing) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
+	if f.broken() {
+		return errInjected
+	}
+	return f.Backend.Extend(ctx, scope, key, token, leaseEnds)
 }
 
 func isUnavailable(err error) bool { return errors.Is(err, idem.ErrUnavailable) }

@@ -1,0 +1,101 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/stretchr/testify/require"
+)
+
+// requireNotRecorded checks that err says "the effect ran, its outcome was
+// not recorded", and never one of the errors that mean "it did not run".
+func requireNotRecorded(t *testing.T, err error) {
+	t.Helper()
+	require.ErrorIs(t, err, idem.ErrOutcomeNotRecorded, "got %v", err)
+	require.NotErrorIs(t, err, idem.ErrUnavailable, "an unrecorded outcome must not read as \"did not run\"")
+	require.NotErrorIs(t, err, idem.ErrClosed, "an unrecorded outcome must not read as \"did not run\"")
+	var nr *idem.NotRecordedError
+	require.True(t, errors.As(err, &nr))
+	require.NotNil(t, nr.Cause)
+}
+
+// testContractNotRecorded fails every way a claim can end after its effect
+// ran: save, release and hold, through Do and by hand.
+func testContractNotRecorded(t *testing.T, nb NewBackend) {
+	var f *failing
+	hold := false
+	e := newEnv(t, func(t testing.TB) idem.Backend {
+		f = &failing{Backend: nb(t)}
+		return f
+	}, func(o *idem.Options) {
+		o.Policy = func(res idem.Result, err error) idem.Decision {
+			if hold {
+				return idem.DecisionHold
+			}
+			return idem.DefaultPolicy(res, err)
+		}
+	})
+	effectErr := errors.New("card declined")
+	cases := []struct {
+		name string
+		hold bool
+		err  error
+	}{{"save", false, nil}, {"release", false, effectErr}, {"hold", true, nil}}
+	for _, tc := range cases {
+		hold = tc.hold
+		r := req("do-"+tc.name, "fp")
+		_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+			f.set(true)
+			return okResult("x"), tc.err
+		})
+		f.set(false)
+		requireNotRecorded(t, err)
+		var nr *idem.NotRecordedError
+		require.True(t, errors.As(err, &nr))
+		require.Equal(t, tc.err, nr.Err, "%s: the effect's own error is kept", tc.name)
+		require.Equal(t, r.Key, nr.Key)
+		require.Equal(t, idem.StateInProgress, e.get(r).State, "%s: the claim stays for recovery", tc.name)
+	}
+	hold = false
+
+	ends := map[string]func(*idem.Claim) error{
+		"release": func(c *idem.Claim) error { return c.Release(ctx, "by hand") },
+		"hold":    func(c *idem.Claim) error { return c.Hold(ctx) },
+	}
+	for name, end := range ends {
+		r := req("by-hand-"+name, "fp")
+		c := e.claim(r)
+		f.set(true)
+		requireNotRecorded(t, end(c))
+		f.set(false)
+		require.Equal(t, idem.StateInProgress, e.get(r).State, "%s: the claim stays for recovery", name)
+	}
+}
+
+// testContractClosedUnderEffect closes the store while an effect runs and
+// CloseTimeout runs out: Do's error says the outcome was not recorded, not
+// that the store was closed (which means "nothing ran").
+func testContractClosedUnderEffect(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb)
+	started := make(chan struct{})
+	closed := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (idem.Result, error) {
+			close(started)
+			<-closed
+			return okResult("x"), nil
+		})
+		done <- err
+	}()
+	<-started
+	require.NoError(t, e.store.Close())
+	close(closed)
+	err := <-done
+	requireNotRecorded(t, err)
+	var nr *idem.NotRecordedError
+	require.True(t, errors.As(err, &nr))
+	require.ErrorIs(t, nr.Cause, idem.ErrClosed, "the cause is kept in the error's fields")
+}
