@@ -75,10 +75,19 @@ func (c *Claim) LeaseEnds() time.Time {
 // it, never modify it or what its Header and Body hold (copy them first).
 // Handing out the saved result as it is keeps a replay free of copies.
 func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
+	if reservedScope(req.Scope) {
+		// Before the cache, which holds the Journal's records too.
+		return nil, nil, ValidateScope(req.Scope)
+	}
+	return s.begin(ctx, req, false)
+}
+
+// begin is Begin; own admits idem's reserved scopes, for the Journal.
+func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Result, error) {
 	if res := s.replayCached(ctx, req); res != nil {
 		return nil, res, nil
 	}
-	if err := validate(req.Scope, req.Key); err != nil {
+	if err := validate(req.Scope, req.Key, own); err != nil {
 		return nil, nil, err
 	}
 	if err := s.accept(); err != nil {

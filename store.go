@@ -383,9 +383,10 @@ func (s *Store) observeErr(op, scope, key string, token uint64, err error) {
 
 // Get returns the stored record of (scope, key) as it is, for inspection:
 // it may be in progress, done, released or expired but not yet reclaimed.
+// It reads idem's own scopes (ReservedScopePrefix) too.
 // It returns ErrNotFound when nothing is stored.
 func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
-	if err := validate(scope, key); err != nil {
+	if err := validate(scope, key, true); err != nil {
 		return nil, err
 	}
 	var rec *Record
@@ -396,9 +397,14 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 	return rec, err
 }
 
-func validate(scope, key string) error {
+// validate checks a caller's scope and key; idem's own callers (the
+// Journal) pass own, which admits the reserved scopes.
+func validate(scope, key string, own bool) error {
 	if err := ValidateKey(key); err != nil {
 		return err
+	}
+	if own {
+		return ValidateStoredScope(scope)
 	}
 	return ValidateScope(scope)
 }

@@ -99,3 +99,36 @@ func testContractClosedUnderEffect(t *testing.T, nb NewBackend) {
 	require.True(t, errors.As(err, &nr))
 	require.ErrorIs(t, nr.Cause, idem.ErrClosed, "the cause is kept in the error's fields")
 }
+
+// testContractReservedScope: scopes starting with idem.ReservedScopePrefix
+// are idem's own (the Journal's, whose stale claims recovery runs again
+// without asking the Resolver); a caller's request there is refused before
+// anything runs, even when the Journal's record is in the replay cache.
+func testContractReservedScope(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb)
+	for _, scope := range []string{idem.JournalScope, idem.ReservedScopePrefix, "idem.tenant-7"} {
+		require.ErrorIs(t, idem.ValidateScope(scope), idem.ErrInvalidKey, scope)
+		require.NoError(t, idem.ValidateStoredScope(scope), scope)
+	}
+	for _, scope := range []string{"idem", "idemx.a", "tenant.idem.journal", ""} {
+		require.NoError(t, idem.ValidateScope(scope), scope)
+	}
+
+	j := idem.NewJournal(e.store, nil)
+	st, err := j.Plan(ctx, "run-1", 1, "refund", []byte(`{"amount":5}`))
+	require.NoError(t, err)
+	rec, err := e.store.Get(ctx, idem.JournalScope, st.Key)
+	require.NoError(t, err, "Get reads idem's own scopes")
+	r := idem.Request{Scope: idem.JournalScope, Key: st.Key, Fingerprint: rec.Fingerprint}
+	for i := 0; i < 2; i++ {
+		c, res, err := e.store.Begin(ctx, r)
+		require.ErrorIs(t, err, idem.ErrInvalidKey)
+		require.Nil(t, c)
+		require.Nil(t, res, "a journal record is never replayed to a caller")
+	}
+	ran := false
+	_, _, err = e.store.Do(ctx, idem.Request{Scope: "idem.journal", Key: "refund-1", Fingerprint: "fp"},
+		func(context.Context) (idem.Result, error) { ran = true; return idem.Result{}, nil })
+	require.ErrorIs(t, err, idem.ErrInvalidKey)
+	require.False(t, ran)
+}

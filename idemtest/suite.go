@@ -69,6 +69,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Contract_Closed", testContractClosed},
 		{"Contract_NotRecordedEveryPath", testContractNotRecorded},
 		{"Contract_ClosedUnderEffect", testContractClosedUnderEffect},
+		{"Contract_ReservedScope", testContractReservedScope},
 		{"Contract_ExpiredRunsAgain", testContractExpired},
 		{"Fencing_StaleTokenChangesNothing", testFencing},
 		{"Fencing_TokensNeverRepeat", testTokensNeverRepeat},
