@@ -182,6 +182,8 @@ type Store struct {
 	// rules settle stale claims of a scope in place of the Resolver
 	// (crashrecovery.go); set in New, then only read.
 	rules map[string]recoveryRule
+	// flights holds the resolutions of stale claims in progress (flight.go).
+	flights flights
 }
 
 // errDurability is returned by Open when Options.Durability and
