@@ -147,6 +147,11 @@ func TestJournal_Child(t *testing.T) {
 	j := idem.NewJournal(s, nil)
 	_, err = journalAgent(context.Background(), j, os.Getenv("IDEM_JOURNAL_URL"), "run-k", 0, func(step int) {
 		fmt.Println("sent", step)
+		if step == 4 {
+			// Wait for the kill here: a step planned but not sent before
+			// it lands would make the parent's count of sent steps wrong.
+			select {}
+		}
 	})
 	fmt.Println("error", err)
 	os.Exit(3) // the parent kills it before it gets here

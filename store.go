@@ -31,7 +31,7 @@ type Options struct {
 	// Retention is how long a done record replays before it expires and a
 	// repeat runs again. Set it longer than the longest pause any run can
 	// take (retries, a resumed agent run). Default 24 hours. A Request may
-	// override it.
+	// override it. At least the Lease.
 	Retention time.Duration
 
 	// Lease is how long a claim stays live without a heartbeat. Do extends
@@ -51,8 +51,9 @@ type Options struct {
 	Resolver Resolver
 
 	// SweepInterval is how often the background sweep recovers stale claims
-	// and reclaims expired records. Default 10 seconds; negative disables
-	// the background sweep (call Sweep yourself).
+	// and reclaims expired records. Default 10 seconds, or the Retention if
+	// shorter; negative disables the background sweep (call Sweep
+	// yourself). Longer than the Retention is refused.
 	SweepInterval time.Duration
 
 	// MaxUnknown is how many inconclusive resolver answers a claim gets
@@ -108,7 +109,7 @@ func (o *Options) withDefaults() Options {
 		c.Lease = DefaultLease
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = defaultSweepInterval
+		c.SweepInterval = min(defaultSweepInterval, c.Retention)
 	}
 	if c.MaxUnknown <= 0 {
 		c.MaxUnknown = defaultMaxUnknown
@@ -192,8 +193,13 @@ var errDurability = errors.New("idem: Options.Badger.Durability differs from Opt
 
 // Open opens (or creates) a store in a directory on the embedded Badger
 // backend. Claims left open by an earlier process are orphaned at once and
-// resolved by recovery. With opts.Badger.InMemory, dir is ignored.
+// resolved by recovery. With opts.Badger.InMemory, dir is ignored. Options
+// that make no sense are refused with an error naming the fields
+// (Options.Validate, ErrInvalidOptions).
 func Open(dir string, opts *Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -214,8 +220,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 }
 
 // New returns a Store over any Backend, such as pgstore's. The Store owns
-// the backend from then on and closes it in Close.
+// the backend from then on and closes it in Close. It panics if the
+// options make no sense (Options.Validate), as constructors do on bad
+// configuration; Open returns that error instead.
 func New(b Backend, opts *Options) *Store {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
 	o := opts.withDefaults()
 	owner := o.Owner
 	if owner == "" {
