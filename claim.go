@@ -19,6 +19,10 @@ type Request struct {
 	// Fingerprint is the digest of the payload (see Fingerprint). A repeat
 	// with another fingerprint is refused with a *MismatchError.
 	Fingerprint string
+	// PreviousFingerprint is the payload's digest under the previous
+	// algorithm when it differs (Fingerprinter.SumPrevious), so that a
+	// record stored before an upgrade still matches. May be empty.
+	PreviousFingerprint string
 	// Retention overrides Options.Retention for this record when positive.
 	Retention time.Duration
 	// Lease overrides Options.Lease for this claim when positive.
@@ -133,7 +137,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 			s.observe(Event{Kind: EventClaimed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
 			return c, nil, nil
 		}
-		if rec.Fingerprint != req.Fingerprint {
+		if !sameRequest(rec.Fingerprint, req) {
 			s.observe(Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
 			s.count(req.Scope, req.Key, EventMismatch, now)
 			return nil, nil, &MismatchError{Scope: req.Scope, Key: req.Key, Stored: rec.Fingerprint, Got: req.Fingerprint}

@@ -287,7 +287,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !ok {
 		return
 	}
-	fp, err := m.fp.Sum(r.Method, m.route(r), r.Header.Get("Content-Type"), body)
+	route, ct := m.route(r), r.Header.Get("Content-Type")
+	fp, err := m.fp.Sum(r.Method, route, ct, body)
+	var prev string
+	if err == nil {
+		// A record stored before idemfp2 still matches (idem.Request).
+		prev, err = m.fp.SumPrevious(r.Method, route, ct, body)
+	}
 	if err != nil {
 		if errors.Is(err, idem.ErrBodyTooLarge) {
 			m.tooLarge(w, key)
@@ -303,7 +309,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r2.ContentLength = int64(len(body))
 	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
-	m.run(w, r2, next, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: m.retention})
+	m.run(w, r2, next, idem.Request{Scope: scope, Key: key, Fingerprint: fp, PreviousFingerprint: prev,
+		Retention: m.retention})
 }
 
 // readBody reads the whole body, bounded by MaxBodyBytes. It answers the

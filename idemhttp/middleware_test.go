@@ -957,3 +957,25 @@ func TestMiddleware_InvalidBody(t *testing.T) {
 		t.Fatalf("handler ran %d times", h.count())
 	}
 }
+
+// TestMiddleware_MultipartBoundary: the same bytes sent with another
+// multipart boundary parse to another form, so the key's reuse is a
+// mismatch (422), never the first form's replay.
+func TestMiddleware_MultipartBoundary(t *testing.T) {
+	store := newStore(t, nil)
+	h := &counter{}
+	srv := newServer(t, idemhttp.Middleware(store, shared())(h))
+	body := "--A\r\nContent-Disposition: form-data; name=\"amount\"\r\n\r\n5\r\n--B\r\n--A--\r\n--B--\r\n"
+	first := send(t, "POST", srv.URL+"/upload", "k", body, "Content-Type", "multipart/form-data; boundary=A")
+	again := send(t, "POST", srv.URL+"/upload", "k", body, "Content-Type", "multipart/form-data; boundary=A")
+	other := send(t, "POST", srv.URL+"/upload", "k", body, "Content-Type", "multipart/form-data; boundary=B")
+	if first.status != http.StatusCreated || again.header.Get(idemhttp.HeaderReplayed) != "true" {
+		t.Fatalf("first %d, again %d %v", first.status, again.status, again.header)
+	}
+	if p := other.problem(t); other.status != http.StatusUnprocessableEntity || p.Type != idemhttp.ProblemMismatch {
+		t.Fatalf("another boundary: %d %+v", other.status, p)
+	}
+	if h.count() != 1 {
+		t.Fatalf("handler ran %d times", h.count())
+	}
+}
