@@ -132,3 +132,51 @@ func testContractReservedScope(t *testing.T, nb NewBackend) {
 	require.ErrorIs(t, err, idem.ErrInvalidKey)
 	require.False(t, ran)
 }
+
+// testSettle: an operator settles stale claims (one marked as needing
+// attention, one merely stale) as committed with a result or as not
+// committed; the story says who and why; live, done and absent keys are
+// refused, and a settled claim's old token changes nothing.
+func testSettle(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, withResolver(answer(idem.VerdictUnknown, idem.Result{})),
+		func(o *idem.Options) { o.MaxUnknown = 1 })
+	paid := req("paid", "fp")
+	unpaid := req("unpaid", "fp")
+	old := e.claim(paid)
+	e.claim(unpaid)
+
+	err := e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictCommitted, okResult(`{"refund":"r1"}`), "alice: ledger has r1")
+	require.ErrorIs(t, err, idem.ErrNothingToSettle, "a live claim is not settled")
+	require.ErrorIs(t, err, idem.ErrInProgress)
+
+	e.clk.Advance(2 * lease)
+	_, _, err = e.store.Begin(ctx, paid)
+	require.ErrorIs(t, err, idem.ErrNeedsAttention)
+
+	require.NoError(t, e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictCommitted, okResult(`{"refund":"r1"}`),
+		"alice: ledger has r1"))
+	require.Equal(t, `{"refund":"r1"}`, string(e.replay(paid).Body))
+	rec := e.get(paid)
+	require.Equal(t, idem.StateDone, rec.State)
+	require.Equal(t, "settled: committed", rec.Recovered)
+	last := rec.Attempts[len(rec.Attempts)-1]
+	require.Equal(t, "settled: committed", last.Outcome)
+	require.Equal(t, "alice: ledger has r1", last.Reason)
+	require.ErrorIs(t, old.Complete(ctx, okResult("late")), idem.ErrFenced, "the settled claim's holder changes nothing")
+	require.Equal(t, `{"refund":"r1"}`, string(e.replay(paid).Body))
+
+	require.NoError(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictNotCommitted, idem.Result{},
+		"bob: provider has no charge"))
+	rec = e.get(unpaid)
+	require.Equal(t, idem.StateReleased, rec.State)
+	require.Equal(t, "settled: not_committed", rec.Recovered)
+	require.Contains(t, rec.Attempts[len(rec.Attempts)-1].Reason, "bob: provider has no charge")
+	e.claim(unpaid) // the next request runs it
+
+	err = e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictNotCommitted, idem.Result{}, "again")
+	require.ErrorIs(t, err, idem.ErrNothingToSettle, "a done record is not settled")
+	err = e.store.Settle(ctx, "tenant-a", "absent", idem.VerdictNotCommitted, idem.Result{}, "x")
+	require.ErrorIs(t, err, idem.ErrNothingToSettle)
+	require.Error(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictUnknown, idem.Result{}, "x"))
+	require.Equal(t, 2, e.events.countReason(idem.EventRecovered, "settled: "))
+}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Contract_NotRecordedEveryPath", testContractNotRecorded},
 		{"Contract_ClosedUnderEffect", testContractClosedUnderEffect},
 		{"Contract_ReservedScope", testContractReservedScope},
+		{"Recovery_OperatorSettles", testSettle},
 		{"Contract_ExpiredRunsAgain", testContractExpired},
 		{"Fencing_StaleTokenChangesNothing", testFencing},
 		{"Fencing_TokensNeverRepeat", testTokensNeverRepeat},
@@ -202,6 +204,19 @@ func (l *events) count(kind idem.EventKind, key string) int {
 	n := 0
 	for _, e := range l.list {
 		if e.Kind == kind && (key == "" || e.Key == key) {
+			n++
+		}
+	}
+	return n
+}
+
+// countReason counts the events of kind whose Reason starts with prefix.
+func (l *events) countReason(kind idem.EventKind, prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.list {
+		if e.Kind == kind && strings.HasPrefix(e.Reason, prefix) {
 			n++
 		}
 	}
