@@ -217,20 +217,20 @@ func (s *Store) replayClock() (time.Time, time.Duration) {
 // the store closed: the claim then stays for recovery. Release and Hold
 // fail the same ways.
 func (c *Claim) Complete(ctx context.Context, res Result) error {
-	return c.end(ctx, DecisionSave, res, "")
+	return c.end(ctx, DecisionSave, res, "", nil)
 }
 
 // Release ends the claim without saving anything: the next request with
 // the key runs the effect again. reason is kept in the record's story.
 func (c *Claim) Release(ctx context.Context, reason string) error {
-	return c.end(ctx, DecisionRelease, Result{}, reason)
+	return c.end(ctx, DecisionRelease, Result{}, reason, nil)
 }
 
 // Hold ends this holder's part but leaves the claim in progress with its
 // lease ended, so that recovery asks the Resolver whether the effect
 // happened. Use it when the outcome is ambiguous.
 func (c *Claim) Hold(ctx context.Context) error {
-	return c.end(ctx, DecisionHold, Result{}, "held")
+	return c.end(ctx, DecisionHold, Result{}, "held", nil)
 }
 
 // Extend renews the lease for another lease period from now. Do calls it
@@ -256,7 +256,9 @@ func (c *Claim) Extend(ctx context.Context) error {
 	return nil
 }
 
-func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) error {
+// end ends the claim as d says; cause is the effect's error, if Do has
+// one, for the Observer.
+func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, cause error) error {
 	c.mu.Lock()
 	if c.finished {
 		c.mu.Unlock()
@@ -301,7 +303,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) 
 	if done != nil {
 		s.hot.put(c.scope, c.key, done)
 	}
-	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason})
+	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason, Err: cause})
 	return nil
 }
 
@@ -366,23 +368,29 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 
 	endCtx := context.WithoutCancel(ctx)
 	var endErr error
+	// The record and its story keep s.errorText(err), never err's own
+	// text, which may carry secrets (Options.ErrorText); the Observer
+	// gets err itself.
 	switch s.o.Policy(res, err) {
 	case DecisionSave:
 		saved := res
 		if err != nil {
-			saved.Error = err.Error()
+			saved.Error = s.errorText(err)
 		}
-		endErr = c.Complete(endCtx, saved)
+		endErr = c.end(endCtx, DecisionSave, saved, "", err)
 	case DecisionHold:
-		endErr = c.Hold(endCtx)
+		endErr = c.end(endCtx, DecisionHold, Result{}, "held", err)
 	default:
 		reason := "error policy"
 		if err != nil {
-			reason = "error: " + err.Error()
+			reason = "error"
+			if t := s.errorText(err); t != "error" {
+				reason += ": " + t
+			}
 		} else if res.Status != 0 {
 			reason = fmt.Sprintf("status %d", res.Status)
 		}
-		endErr = c.Release(endCtx, reason)
+		endErr = c.end(endCtx, DecisionRelease, Result{}, reason, err)
 	}
 	if endErr != nil {
 		nr := &NotRecordedError{Scope: req.Scope, Key: req.Key, Cause: endErr, Err: err}

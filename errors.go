@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -230,3 +231,25 @@ func (e *storageError) Error() string {
 	return "idem: " + e.op + ": storage unavailable: " + e.err.Error()
 }
 func (e *storageError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// DefaultErrorText is the default Options.ErrorText: the text of the idem
+// sentinel err matches, or of context.Canceled or DeadlineExceeded, and
+// otherwise the word "error". It never returns text err's author chose.
+func DefaultErrorText(err error) string {
+	for _, known := range []error{context.Canceled, context.DeadlineExceeded, ErrUnavailable, ErrClosed,
+		ErrOutcomeNotRecorded, ErrFenced, ErrClaimDone, ErrInProgress, ErrMismatch, ErrOutcomeUnknown,
+		ErrInvalidKey, ErrCorrupt, ErrNotFound} {
+		if errors.Is(err, known) {
+			return known.Error()
+		}
+	}
+	return "error"
+}
+
+// errorText is what the store keeps of an effect's error.
+func (s *Store) errorText(err error) string {
+	if s.o.ErrorText != nil {
+		return s.o.ErrorText(err)
+	}
+	return DefaultErrorText(err)
+}

@@ -79,6 +79,16 @@ type Options struct {
 	// Observer receives every transition. Default none.
 	Observer Observer
 
+	// ErrorText turns the error an effect returned into the text Do keeps
+	// in the record: the saved error a replay returns (SavedError) and the
+	// reason a released attempt's story gives. An error's own text may
+	// carry secrets (tokens, account numbers, queries), and records are
+	// exported and replayed to every caller of the key, so the default,
+	// DefaultErrorText, keeps only a generic word. The Observer still gets
+	// the error itself (Event.Err); the Logger logs its full text unless
+	// ErrorText is set, in which case it logs what ErrorText returns.
+	ErrorText func(error) string
+
 	// Logger, if set, logs every transition through SlogObserver, and
 	// Badger's warnings.
 	Logger *slog.Logger
@@ -131,7 +141,7 @@ func (o *Options) withDefaults() Options {
 		obs = append(obs, c.Observer)
 	}
 	if c.Logger != nil {
-		obs = append(obs, SlogObserver(c.Logger))
+		obs = append(obs, slogObserver(c.Logger, c.ErrorText))
 	}
 	switch len(obs) {
 	case 0:

@@ -331,6 +331,8 @@ func testPolicy5xxReleases(t *testing.T, nb NewBackend) {
 func testPolicySave(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb, func(o *idem.Options) {
 		o.Policy = func(idem.Result, error) idem.Decision { return idem.DecisionSave }
+		// This policy saves errors to replay them: keep their text.
+		o.ErrorText = error.Error
 	})
 	r := req("k", "fp")
 	_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {

@@ -3,6 +3,8 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem"
@@ -179,4 +181,65 @@ func testSettle(t *testing.T, nb NewBackend) {
 	require.ErrorIs(t, err, idem.ErrNothingToSettle)
 	require.Error(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictUnknown, idem.Result{}, "x"))
 	require.Equal(t, 2, e.events.countReason(idem.EventRecovered, "settled: "))
+}
+
+// testErrorText: the record keeps Options.ErrorText of an effect's error
+// (by default a generic word), never its text, while the Observer gets the
+// error itself.
+func testErrorText(t *testing.T, nb NewBackend) {
+	secret := errors.New("POST https://bank.example/refund?token=sk_live_123: 402")
+	for _, tc := range []struct {
+		name     string
+		text     func(error) string
+		released string // the released attempt's reason
+		saved    string // the saved error
+	}{
+		{"default", nil, "error", "error"},
+		{"hook", func(err error) string {
+			if strings.Contains(err.Error(), "402") {
+				return "payment refused"
+			}
+			return "error"
+		}, "error: payment refused", "payment refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			save := false
+			e := newEnv(t, nb, func(o *idem.Options) {
+				o.ErrorText = tc.text
+				o.Policy = func(res idem.Result, err error) idem.Decision {
+					if save {
+						return idem.DecisionSave
+					}
+					return idem.DefaultPolicy(res, err)
+				}
+			})
+			fail := func(context.Context) (idem.Result, error) { return idem.Result{}, secret }
+			_, _, err := e.store.Do(ctx, req("released", "fp"), fail)
+			require.ErrorIs(t, err, secret, "the caller gets the error itself")
+			rec := e.get(req("released", "fp"))
+			require.Equal(t, tc.released, rec.Attempts[0].Reason)
+			require.Equal(t, tc.released, rec.Recovered)
+			save = true
+			_, _, err = e.store.Do(ctx, req("saved", "fp"), fail)
+			require.ErrorIs(t, err, secret)
+			require.Equal(t, tc.saved, e.get(req("saved", "fp")).Result.Error)
+			_, _, err = e.store.Do(ctx, req("saved", "fp"), fail)
+			var se *idem.SavedError
+			require.True(t, errors.As(err, &se))
+			require.Equal(t, tc.saved, se.Message)
+
+			e.events.mu.Lock()
+			defer e.events.mu.Unlock()
+			seen := 0
+			for _, ev := range e.events.list {
+				require.NotContains(t, ev.Reason, "sk_live", "%s", ev.Kind)
+				if (ev.Kind == idem.EventReleased || ev.Kind == idem.EventCompleted) && ev.Err == secret {
+					seen++
+				}
+			}
+			require.Equal(t, 2, seen, "the Observer gets the error itself")
+		})
+	}
+	require.Equal(t, "idem: storage unavailable", idem.DefaultErrorText(fmt.Errorf("wrapped: %w", idem.ErrUnavailable)))
+	require.Equal(t, "context deadline exceeded", idem.DefaultErrorText(context.DeadlineExceeded))
 }

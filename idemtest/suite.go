@@ -72,6 +72,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Contract_ClosedUnderEffect", testContractClosedUnderEffect},
 		{"Contract_ReservedScope", testContractReservedScope},
 		{"Recovery_OperatorSettles", testSettle},
+		{"Policy_ErrorTextKept", testErrorText},
 		{"Contract_ExpiredRunsAgain", testContractExpired},
 		{"Fencing_StaleTokenChangesNothing", testFencing},
 		{"Fencing_TokensNeverRepeat", testTokensNeverRepeat},
