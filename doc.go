@@ -83,6 +83,11 @@
 //     to 100 ms early. Any other Clock is read on every request.
 //   - The Badger backend serves one process at a time (Badger locks its
 //     directory); use pgstore for several replicas.
+//   - A store directory holds saved responses. Open (for writing) makes it
+//     0700 and the files in it 0600, whatever the umask or the mode it was
+//     created with; files Badger creates afterwards may be 0644 (Badger has
+//     no option for their mode), but the 0700 directory keeps other users
+//     from them, and the next Open makes them 0600.
 //   - The Store caches done records in memory (about 16 MiB) and replays
 //     them without asking the backend until they expire on its clock: a
 //     done record changes only by expiry. With pgstore and several
