@@ -165,9 +165,16 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 
 // OpenBadger opens or creates a Badger backend in dir. Claims left open by
 // a previous process are orphaned: their lease is ended at once, so that
-// recovery resolves them.
+// recovery resolves them. Unless read-only or in memory, it makes dir 0700
+// and the files in it 0600, whatever the umask (see makePrivate).
 func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}}
+	private := !o.InMemory && !o.ReadOnly
+	if private {
+		if err := makePrivate(dir); err != nil {
+			return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
+		}
+	}
 	eng, err := engine.Open(engine.Options{
 		Badger:   badgerOptions(dir, o),
 		Durable:  o.Durability == Durable,
@@ -179,6 +186,13 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b.eng = eng
 	if o.ReadOnly {
 		return b, nil
+	}
+	if private {
+		// The files Badger and the log created while opening.
+		if err := privateFiles(dir); err != nil {
+			_ = eng.Close()
+			return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
+		}
 	}
 	err = b.eng.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(tokenKey)

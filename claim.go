@@ -19,6 +19,10 @@ type Request struct {
 	// Fingerprint is the digest of the payload (see Fingerprint). A repeat
 	// with another fingerprint is refused with a *MismatchError.
 	Fingerprint string
+	// PreviousFingerprint is the payload's digest under the previous
+	// algorithm when it differs (Fingerprinter.SumPrevious), so that a
+	// record stored before an upgrade still matches. May be empty.
+	PreviousFingerprint string
 	// Retention overrides Options.Retention for this record when positive.
 	Retention time.Duration
 	// Lease overrides Options.Lease for this claim when positive.
@@ -75,10 +79,19 @@ func (c *Claim) LeaseEnds() time.Time {
 // it, never modify it or what its Header and Body hold (copy them first).
 // Handing out the saved result as it is keeps a replay free of copies.
 func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
+	if reservedScope(req.Scope) {
+		// Before the cache, which holds the Journal's records too.
+		return nil, nil, ValidateScope(req.Scope)
+	}
+	return s.begin(ctx, req, false)
+}
+
+// begin is Begin; own admits idem's reserved scopes, for the Journal.
+func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Result, error) {
 	if res := s.replayCached(ctx, req); res != nil {
 		return nil, res, nil
 	}
-	if err := validate(req.Scope, req.Key); err != nil {
+	if err := validate(req.Scope, req.Key, own); err != nil {
 		return nil, nil, err
 	}
 	if err := s.accept(); err != nil {
@@ -124,7 +137,7 @@ func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error)
 			s.observe(Event{Kind: EventClaimed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
 			return c, nil, nil
 		}
-		if rec.Fingerprint != req.Fingerprint {
+		if !sameRequest(rec.Fingerprint, req) {
 			s.observe(Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
 			s.count(req.Scope, req.Key, EventMismatch, now)
 			return nil, nil, &MismatchError{Scope: req.Scope, Key: req.Key, Stored: rec.Fingerprint, Got: req.Fingerprint}
@@ -199,22 +212,25 @@ func (s *Store) replayClock() (time.Time, time.Duration) {
 }
 
 // Complete saves res as the key's result: every repeat replays it until the
-// record expires. It fails with ErrFenced if the claim is no longer current.
+// record expires. It fails with ErrFenced if the claim is no longer current,
+// and with a *NotRecordedError (ErrOutcomeNotRecorded) if storage failed or
+// the store closed: the claim then stays for recovery. Release and Hold
+// fail the same ways.
 func (c *Claim) Complete(ctx context.Context, res Result) error {
-	return c.end(ctx, DecisionSave, res, "")
+	return c.end(ctx, DecisionSave, res, "", nil)
 }
 
 // Release ends the claim without saving anything: the next request with
 // the key runs the effect again. reason is kept in the record's story.
 func (c *Claim) Release(ctx context.Context, reason string) error {
-	return c.end(ctx, DecisionRelease, Result{}, reason)
+	return c.end(ctx, DecisionRelease, Result{}, reason, nil)
 }
 
 // Hold ends this holder's part but leaves the claim in progress with its
 // lease ended, so that recovery asks the Resolver whether the effect
 // happened. Use it when the outcome is ambiguous.
 func (c *Claim) Hold(ctx context.Context) error {
-	return c.end(ctx, DecisionHold, Result{}, "held")
+	return c.end(ctx, DecisionHold, Result{}, "held", nil)
 }
 
 // Extend renews the lease for another lease period from now. Do calls it
@@ -240,7 +256,9 @@ func (c *Claim) Extend(ctx context.Context) error {
 	return nil
 }
 
-func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) error {
+// end ends the claim as d says; cause is the effect's error, if Do has
+// one, for the Observer.
+func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, cause error) error {
 	c.mu.Lock()
 	if c.finished {
 		c.mu.Unlock()
@@ -276,12 +294,16 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) 
 	s.claimFinished()
 	if err != nil {
 		s.fencedOrErr(kind.String(), c.scope, c.key, c.token, err)
-		return err
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
+		// The effect ran: a failed end must not read as "did not run".
+		return &NotRecordedError{Scope: c.scope, Key: c.key, Cause: err}
 	}
 	if done != nil {
 		s.hot.put(c.scope, c.key, done)
 	}
-	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason})
+	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason, Err: cause})
 	return nil
 }
 
@@ -302,9 +324,13 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 //
 // A replayed result whose first run returned an error saved by the policy
 // comes back with a *SavedError. A replayed result's Header and Body may be
-// shared with every other replay of the key: read them, never modify them. If fn ran but its result could not be
-// saved, Do returns fn's result and an error wrapping ErrUnavailable; the
-// claim is then left for recovery.
+// shared with every other replay of the key: read them, never modify them.
+//
+// If fn ran but its outcome could not be recorded (storage failed, or
+// Close ran out of CloseTimeout while fn ran), Do returns fn's result and a
+// *NotRecordedError, which matches ErrOutcomeNotRecorded and never
+// ErrUnavailable or ErrClosed: the effect may have happened, and the claim
+// is left for recovery, so a retry with the key never runs it twice.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
 	c, saved, err := s.Begin(ctx, req)
 	if err != nil {
@@ -342,26 +368,37 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 
 	endCtx := context.WithoutCancel(ctx)
 	var endErr error
+	// The record and its story keep s.errorText(err), never err's own
+	// text, which may carry secrets (Options.ErrorText); the Observer
+	// gets err itself.
 	switch s.o.Policy(res, err) {
 	case DecisionSave:
 		saved := res
 		if err != nil {
-			saved.Error = err.Error()
+			saved.Error = s.errorText(err)
 		}
-		endErr = c.Complete(endCtx, saved)
+		endErr = c.end(endCtx, DecisionSave, saved, "", err)
 	case DecisionHold:
-		endErr = c.Hold(endCtx)
+		endErr = c.end(endCtx, DecisionHold, Result{}, "held", err)
 	default:
 		reason := "error policy"
 		if err != nil {
-			reason = "error: " + err.Error()
+			reason = "error"
+			if t := s.errorText(err); t != "error" {
+				reason += ": " + t
+			}
 		} else if res.Status != 0 {
 			reason = fmt.Sprintf("status %d", res.Status)
 		}
-		endErr = c.Release(endCtx, reason)
+		endErr = c.end(endCtx, DecisionRelease, Result{}, reason, err)
 	}
 	if endErr != nil {
-		return res, false, fmt.Errorf("idem: effect for key %q ran but its outcome was not recorded: %w", req.Key, errors.Join(endErr, err))
+		nr := &NotRecordedError{Scope: req.Scope, Key: req.Key, Cause: endErr, Err: err}
+		var inner *NotRecordedError
+		if errors.As(endErr, &inner) {
+			nr.Cause = inner.Cause
+		}
+		return res, false, nr
 	}
 	return res, false, err
 }

@@ -46,6 +46,8 @@ type Resolution struct {
 // whether the claim's effect happened, usually by asking the downstream
 // system with the same key (a payment provider's idempotency key, a ledger
 // row). It must be safe for concurrent use; an error counts as VerdictUnknown.
+// A Store asks it about one claim once at a time: requests that meet the
+// claim meanwhile wait for that answer.
 type Resolver interface {
 	Resolve(ctx context.Context, rec *Record) (Resolution, error)
 }
@@ -91,6 +93,34 @@ func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (V
 	if s.o.Resolver == nil || now.Before(rec.NextCheck) {
 		return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
 			Attention: rec.Attention, NextCheck: rec.NextCheck}
+	}
+	f, lead := s.flights.join(rec)
+	if !lead {
+		return s.flights.wait(ctx, f)
+	}
+	v, err := s.resolveOnce(ctx, rec, now)
+	s.flights.land(rec, f, v, err)
+	return v, err
+}
+
+// resolveOnce asks the Resolver about rec, the leader of its flight, and
+// applies the verdict. It first reads the record again: a resolution that
+// ended just before this one began has changed it, and the Resolver is
+// asked only about a claim still stale and due.
+func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Verdict, error) {
+	var cur *Record
+	err := s.call(func() (err error) {
+		cur, err = s.b.Get(ctx, rec.Scope, rec.Key)
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return VerdictUnknown, nil
+	case err != nil:
+		return VerdictUnknown, err
+	case cur.Token != rec.Token || cur.State != StateInProgress || !cur.Stale(now) || cur.Attention ||
+		now.Before(cur.NextCheck) || cur.Checks != rec.Checks:
+		return VerdictUnknown, nil
 	}
 	s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now})
 	res, err := s.o.Resolver.Resolve(ctx, rec.Clone())

@@ -33,7 +33,11 @@
 //   - a done record with the same fingerprint: the saved Result is replayed;
 //   - any record with a different fingerprint: *MismatchError (HTTP 422);
 //   - a malformed key: ErrInvalidKey (HTTP 400);
-//   - storage failure: ErrUnavailable (HTTP 503), and the effect does not run.
+//   - storage failure: ErrUnavailable (HTTP 503), and the effect does not run;
+//   - the effect ran but its outcome could not be recorded (storage failed
+//     after it, or Close ran out of CloseTimeout under it):
+//     *NotRecordedError (ErrOutcomeNotRecorded), never ErrUnavailable or
+//     ErrClosed; the claim stays for recovery.
 //
 // The claim is the lock: of any number of concurrent claimers exactly one
 // wins. Each claim carries a fencing token that changes on every claim;
@@ -79,6 +83,11 @@
 //     to 100 ms early. Any other Clock is read on every request.
 //   - The Badger backend serves one process at a time (Badger locks its
 //     directory); use pgstore for several replicas.
+//   - A store directory holds saved responses. Open (for writing) makes it
+//     0700 and the files in it 0600, whatever the umask or the mode it was
+//     created with; files Badger creates afterwards may be 0644 (Badger has
+//     no option for their mode), but the 0700 directory keeps other users
+//     from them, and the next Open makes them 0600.
 //   - The Store caches done records in memory (about 16 MiB) and replays
 //     them without asking the backend until they expire on its clock: a
 //     done record changes only by expiry. With pgstore and several

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -44,6 +45,16 @@ var (
 
 	// ErrClosed is returned by every call on a closed or closing Store.
 	ErrClosed = errors.New("idem: store closed")
+
+	// ErrOutcomeNotRecorded is returned when the effect ran but its outcome
+	// could not be recorded: saving, releasing or holding the claim failed
+	// on storage, or the store closed under the running effect once
+	// CloseTimeout ran out. Unlike ErrUnavailable and ErrClosed, which mean
+	// the effect did not run and a retry is safe, it means the effect may
+	// have happened: the claim stays in progress for recovery to resolve.
+	// The concrete error is a *NotRecordedError; it never matches
+	// ErrUnavailable or ErrClosed.
+	ErrOutcomeNotRecorded = errors.New("idem: effect ran but its outcome was not recorded")
 )
 
 // Errors returned by Claim.Complete, Claim.Release, Claim.Extend and
@@ -150,6 +161,30 @@ func (e *OutcomeUnknownError) Is(target error) bool {
 	return target == ErrOutcomeUnknown || (e.Attention && target == ErrNeedsAttention)
 }
 
+// NotRecordedError is returned when an effect ran and its outcome could not
+// be recorded. It matches ErrOutcomeNotRecorded only: its causes are in its
+// fields, not in its chain, so that errors.Is(err, ErrUnavailable) or
+// errors.Is(err, ErrClosed), which mean "did not run", stays false.
+type NotRecordedError struct {
+	Scope, Key string
+	// Cause is why the outcome was not recorded (a storage error, ErrClosed).
+	Cause error
+	// Err is the effect's own error, nil if it succeeded.
+	Err error
+}
+
+func (e *NotRecordedError) Error() string {
+	msg := fmt.Sprintf("idem: effect for key %q in scope %q ran but its outcome was not recorded: %v",
+		e.Key, e.Scope, e.Cause)
+	if e.Err != nil {
+		msg += " (effect error: " + e.Err.Error() + ")"
+	}
+	return msg
+}
+
+// Is reports whether target is ErrOutcomeNotRecorded.
+func (e *NotRecordedError) Is(target error) bool { return target == ErrOutcomeNotRecorded }
+
 // FencedError is returned when a claim's token is stale.
 type FencedError struct {
 	Scope, Key string
@@ -196,3 +231,25 @@ func (e *storageError) Error() string {
 	return "idem: " + e.op + ": storage unavailable: " + e.err.Error()
 }
 func (e *storageError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// DefaultErrorText is the default Options.ErrorText: the text of the idem
+// sentinel err matches, or of context.Canceled or DeadlineExceeded, and
+// otherwise the word "error". It never returns text err's author chose.
+func DefaultErrorText(err error) string {
+	for _, known := range []error{context.Canceled, context.DeadlineExceeded, ErrUnavailable, ErrClosed,
+		ErrOutcomeNotRecorded, ErrFenced, ErrClaimDone, ErrInProgress, ErrMismatch, ErrOutcomeUnknown,
+		ErrInvalidKey, ErrCorrupt, ErrNotFound} {
+		if errors.Is(err, known) {
+			return known.Error()
+		}
+	}
+	return "error"
+}
+
+// errorText is what the store keeps of an effect's error.
+func (s *Store) errorText(err error) string {
+	if s.o.ErrorText != nil {
+		return s.o.ErrorText(err)
+	}
+	return DefaultErrorText(err)
+}

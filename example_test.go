@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 )
 
 func ExampleOpen() {
@@ -122,10 +123,12 @@ func ExampleResolverFunc() {
 }
 
 func ExampleStore_Sweep() {
+	clock := idemtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	store, err := idem.Open("", &idem.Options{
 		Badger:        idem.BadgerOptions{InMemory: true},
 		SweepInterval: -1, // no background sweep: call Sweep by hand
-		Retention:     time.Nanosecond,
+		Retention:     time.Hour,
+		Clock:         clock,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -135,7 +138,7 @@ func ExampleStore_Sweep() {
 	_, _, _ = store.Do(ctx, idem.Request{Key: "short-lived"}, func(context.Context) (idem.Result, error) {
 		return idem.Result{Status: 200}, nil
 	})
-	time.Sleep(time.Millisecond) // let the nanosecond of retention pass
+	clock.Advance(2 * time.Hour) // let the hour of retention pass
 	rep, err := store.Sweep(ctx)
 	fmt.Println("expired:", rep.Expired, err)
 	// Output: expired: 1 <nil>

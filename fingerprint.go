@@ -14,7 +14,19 @@ import (
 // FingerprintAlgorithm names the current digest; every fingerprint starts
 // with it and a colon. A new canonical encoding gets a new name, so stored
 // fingerprints never silently compare against a different scheme.
-const FingerprintAlgorithm = "idemfp1-sha256"
+//
+// idemfp2 adds the media-type parameters that change the meaning of the
+// bytes (a multipart boundary, a charset other than UTF-8) to idemfp1; for
+// every other request its encoding, and so its hex digest, is idemfp1's.
+// A record fingerprinted with idemfp1 still matches the same request: the
+// Store compares the hex digests when only the names differ, and
+// Request.PreviousFingerprint (Fingerprinter.SumPrevious) covers the
+// requests whose digest changed.
+const FingerprintAlgorithm = "idemfp2-sha256"
+
+// PreviousFingerprintAlgorithm names the digest of the previous release,
+// which stored records may carry.
+const PreviousFingerprintAlgorithm = "idemfp1-sha256"
 
 // Bounds used by the zero Fingerprinter and by Fingerprint.
 const (
@@ -51,8 +63,10 @@ type Fingerprinter struct {
 // a canonical encoding of (method, route, content type, body).
 //
 // The method and route are used exactly as given. The content type is parsed
-// with mime.ParseMediaType and its parameters dropped; a header that does not
-// parse is used as opaque bytes. The JSON types (application/json, text/json
+// with mime.ParseMediaType and its parameters dropped, except those that
+// change what the bytes mean: a multipart type's boundary (as given), and
+// the charset (case-insensitive) of a non-JSON type unless it is UTF-8. A
+// header that does not parse is used as opaque bytes. The JSON types (application/json, text/json
 // and any type/subtype+json) form one class whose bodies are compared by
 // meaning: member order, insignificant whitespace and string escape forms do
 // not matter, numbers compare by exact decimal value (never through float64),
@@ -69,6 +83,23 @@ type Fingerprinter struct {
 // 18 digits (after leading zeros) are rejected with ErrInvalidJSON unless
 // they are zero.
 func (f Fingerprinter) Sum(method, route, contentType string, body []byte) (string, error) {
+	return f.sum(method, route, contentType, body, false)
+}
+
+// SumPrevious returns the PreviousFingerprintAlgorithm (idemfp1) digest of
+// the request, in which every media-type parameter is dropped, when it
+// differs from Sum's other than by name; otherwise "". Put it in
+// Request.PreviousFingerprint so that a record stored by an earlier
+// release with that digest still matches the request rather than being
+// refused as a mismatch.
+func (f Fingerprinter) SumPrevious(method, route, contentType string, body []byte) (string, error) {
+	if !canon.ParamsMatter(contentType) {
+		return "", nil
+	}
+	return f.sum(method, route, contentType, body, true)
+}
+
+func (f Fingerprinter) sum(method, route, contentType string, body []byte, v1 bool) (string, error) {
 	maxBytes := f.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
@@ -86,7 +117,11 @@ func (f Fingerprinter) Sum(method, route, contentType string, body []byte) (stri
 	// The canonical encoding (internal/canon; design notes in
 	// docs/fingerprint.md) is head followed by tail, a body hashed byte
 	// for byte rather than copied.
-	head, tail, err := st.enc.Request(method, route, contentType, body, maxDepth)
+	request, alg := st.enc.Request, FingerprintAlgorithm
+	if v1 {
+		request, alg = st.enc.RequestV1, PreviousFingerprintAlgorithm
+	}
+	head, tail, err := request(method, route, contentType, body, maxDepth)
 	if err != nil {
 		return "", jsonError(err)
 	}
@@ -100,11 +135,31 @@ func (f Fingerprinter) Sum(method, route, contentType string, body []byte) (stri
 		st.h.Write(tail)
 		sum = [sha256.Size]byte(st.h.Sum(st.sum[:0]))
 	}
+	// Both names have the same length, so out stays an array.
 	var out [len(FingerprintAlgorithm) + 1 + 2*sha256.Size]byte
-	copy(out[:], FingerprintAlgorithm)
-	out[len(FingerprintAlgorithm)] = ':'
-	encodeHex(out[len(FingerprintAlgorithm)+1:], &sum)
+	copy(out[:], alg)
+	out[len(alg)] = ':'
+	encodeHex(out[len(alg)+1:], &sum)
 	return string(out[:]), nil
+}
+
+// sameRequest reports whether a stored fingerprint names req's payload:
+// the same digest; an idemfp1 digest equal to the idemfp2 one but for the
+// name (the encodings agree unless a parameter matters); or req's
+// PreviousFingerprint.
+func sameRequest(stored string, req Request) bool {
+	if stored == req.Fingerprint {
+		return true
+	}
+	const cur, prev = FingerprintAlgorithm + ":", PreviousFingerprintAlgorithm + ":"
+	if len(stored) > len(prev) && stored[:len(prev)] == prev {
+		if req.PreviousFingerprint != "" && stored == req.PreviousFingerprint {
+			return true
+		}
+		return len(req.Fingerprint) > len(cur) && req.Fingerprint[:len(cur)] == cur &&
+			stored[len(prev):] == req.Fingerprint[len(cur):]
+	}
+	return false
 }
 
 // jsonError returns the error of Sum for an error of canon: the sentinel

@@ -9,8 +9,10 @@ import (
 	"time"
 )
 
-// JournalScope is the scope under which a Journal keeps its steps. Keep it
-// out of your own scopes. Recovery treats a stale claim in it as not
+// JournalScope is the scope under which a Journal keeps its steps. It
+// starts with ReservedScopePrefix, so no caller's request can use it
+// (ValidateScope refuses it, and Begin and Do with it fail with
+// ErrInvalidKey). Recovery treats a stale claim in it as not
 // committed without asking the Resolver: such a claim is a plan that was
 // never saved, so its step was never sent.
 const JournalScope = "idem.journal"
@@ -110,7 +112,7 @@ func (j *Journal) plan(ctx context.Context, st Step, args []byte) (Step, error) 
 	// A concurrent Plan of the same step holds its claim only between its
 	// claim and its completion, both immediate: try again a few times.
 	for attempt := 0; ; attempt++ {
-		c, saved, err := j.s.Begin(ctx, req)
+		c, saved, err := j.s.begin(ctx, req, true)
 		var me *MismatchError
 		switch {
 		case err == nil && c != nil:

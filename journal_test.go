@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -72,8 +73,12 @@ func TestJournal_Plan_SurvivesRestartAndUnsavedPlan(t *testing.T) {
 	_, err := j.Plan(bg, "run-2", 1, "email", []byte(`{"to":"a@example.com"}`))
 	require.NoError(t, err)
 	// A plan claimed but never saved (the process died in between).
-	_, _, err = s.Begin(bg, idem.Request{Scope: idem.JournalScope, Key: idem.StepKey("run-2", 2, "email"), Fingerprint: "x"})
+	// Callers cannot claim in the journal's scope, so claim on the backend.
+	now := time.Now()
+	_, claimed, err := s.Backend().Claim(bg, idem.JournalScope, idem.StepKey("run-2", 2, "email"), idem.ClaimArgs{
+		Fingerprint: "x", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour, Owner: "test"})
 	require.NoError(t, err)
+	require.True(t, claimed)
 	require.NoError(t, s.Close())
 
 	// The store's resolver must not be asked about journal claims.
@@ -142,6 +147,11 @@ func TestJournal_Child(t *testing.T) {
 	j := idem.NewJournal(s, nil)
 	_, err = journalAgent(context.Background(), j, os.Getenv("IDEM_JOURNAL_URL"), "run-k", 0, func(step int) {
 		fmt.Println("sent", step)
+		if step == 4 {
+			// Wait for the kill here: a step planned but not sent before
+			// it lands would make the parent's count of sent steps wrong.
+			select {}
+		}
 	})
 	fmt.Println("error", err)
 	os.Exit(3) // the parent kills it before it gets here

@@ -3,6 +3,7 @@ package idem
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -31,10 +32,28 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// ReservedScopePrefix starts every scope that idem keeps for its own
+// records, such as JournalScope. ValidateScope refuses such scopes, so that
+// a caller's key can never land where idem's own recovery rules apply (a
+// stale claim in JournalScope is run again without asking the Resolver).
+const ReservedScopePrefix = "idem."
+
 // ValidateScope returns nil if scope is at most MaxScopeLen bytes of valid
-// UTF-8 without control characters. The empty scope is valid: it is the
-// default scope of a store that serves one tenant.
+// UTF-8 without control characters, and does not start with
+// ReservedScopePrefix; otherwise an error wrapping ErrInvalidKey. The empty
+// scope is valid: it is the default scope of a store that serves one
+// tenant.
 func ValidateScope(scope string) error {
+	if reservedScope(scope) {
+		return fmt.Errorf("%w: scopes starting with %q are reserved for idem's own records", ErrInvalidKey, ReservedScopePrefix)
+	}
+	return ValidateStoredScope(scope)
+}
+
+// ValidateStoredScope is ValidateScope without the reservation: it accepts
+// every scope a Store may write, idem's own (ReservedScopePrefix) included.
+// Backends check the scopes they are given and read with it.
+func ValidateStoredScope(scope string) error {
 	if len(scope) > MaxScopeLen {
 		return fmt.Errorf("%w: scope of %d bytes, more than %d", ErrInvalidKey, len(scope), MaxScopeLen)
 	}
@@ -48,6 +67,8 @@ func ValidateScope(scope string) error {
 	}
 	return nil
 }
+
+func reservedScope(scope string) bool { return strings.HasPrefix(scope, ReservedScopePrefix) }
 
 // DefaultKeyNamespace is the UUID namespace KeyDeriver uses when its
 // Namespace is zero. Replace it with one of your own (any fixed UUID) so

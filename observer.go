@@ -71,7 +71,9 @@ type Event struct {
 	Verdict string
 	// Reason explains a release or an error's operation.
 	Reason string
-	// Err is set on EventError and EventFenced.
+	// Err is set on EventError and EventFenced, and on the EventCompleted,
+	// EventReleased or EventHeld that ends Do's effect when it returned an
+	// error: the error itself, whatever Options.ErrorText keeps of it.
 	Err error
 }
 
@@ -90,8 +92,18 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // SlogObserver returns an Observer that logs every event to l with the
 // scope, key and token as attributes: routine events at Debug, rejections
-// and recoveries at Info, attention and errors at Warn and Error.
-func SlogObserver(l *slog.Logger) Observer {
+// and recoveries at Info, attention and errors at Warn and Error. It logs
+// an event's error with its full text; SlogObserverText logs the text a
+// redaction hook (Options.ErrorText) gives instead.
+func SlogObserver(l *slog.Logger) Observer { return slogObserver(l, nil) }
+
+// SlogObserverText is SlogObserver logging text(err) for an event's error.
+func SlogObserverText(l *slog.Logger, text func(error) string) Observer { return slogObserver(l, text) }
+
+func slogObserver(l *slog.Logger, text func(error) string) Observer {
+	if text == nil {
+		text = error.Error
+	}
 	return ObserverFunc(func(e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
@@ -116,7 +128,7 @@ func SlogObserver(l *slog.Logger) Observer {
 			attrs = append(attrs, slog.String("reason", e.Reason))
 		}
 		if e.Err != nil {
-			attrs = append(attrs, slog.String("error", e.Err.Error()))
+			attrs = append(attrs, slog.String("error", text(e.Err)))
 		}
 		l.LogAttrs(ctx, level, "idem "+e.Kind.String(), attrs...)
 	})

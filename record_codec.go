@@ -50,7 +50,7 @@ func unmarshalRecord(b []byte) (*Record, error) {
 		}
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if ValidateKey(c.Key) != nil || ValidateScope(c.Scope) != nil {
+	if ValidateKey(c.Key) != nil || ValidateStoredScope(c.Scope) != nil {
 		return nil, fmt.Errorf("%w: malformed scope or key", ErrCorrupt)
 	}
 	return asRecord(c), nil

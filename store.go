@@ -31,7 +31,7 @@ type Options struct {
 	// Retention is how long a done record replays before it expires and a
 	// repeat runs again. Set it longer than the longest pause any run can
 	// take (retries, a resumed agent run). Default 24 hours. A Request may
-	// override it.
+	// override it. At least the Lease.
 	Retention time.Duration
 
 	// Lease is how long a claim stays live without a heartbeat. Do extends
@@ -51,8 +51,9 @@ type Options struct {
 	Resolver Resolver
 
 	// SweepInterval is how often the background sweep recovers stale claims
-	// and reclaims expired records. Default 10 seconds; negative disables
-	// the background sweep (call Sweep yourself).
+	// and reclaims expired records. Default 10 seconds, or the Retention if
+	// shorter; negative disables the background sweep (call Sweep
+	// yourself). Longer than the Retention is refused.
 	SweepInterval time.Duration
 
 	// MaxUnknown is how many inconclusive resolver answers a claim gets
@@ -77,6 +78,16 @@ type Options struct {
 
 	// Observer receives every transition. Default none.
 	Observer Observer
+
+	// ErrorText turns the error an effect returned into the text Do keeps
+	// in the record: the saved error a replay returns (SavedError) and the
+	// reason a released attempt's story gives. An error's own text may
+	// carry secrets (tokens, account numbers, queries), and records are
+	// exported and replayed to every caller of the key, so the default,
+	// DefaultErrorText, keeps only a generic word. The Observer still gets
+	// the error itself (Event.Err); the Logger logs its full text unless
+	// ErrorText is set, in which case it logs what ErrorText returns.
+	ErrorText func(error) string
 
 	// Logger, if set, logs every transition through SlogObserver, and
 	// Badger's warnings.
@@ -108,7 +119,7 @@ func (o *Options) withDefaults() Options {
 		c.Lease = DefaultLease
 	}
 	if c.SweepInterval == 0 {
-		c.SweepInterval = defaultSweepInterval
+		c.SweepInterval = min(defaultSweepInterval, c.Retention)
 	}
 	if c.MaxUnknown <= 0 {
 		c.MaxUnknown = defaultMaxUnknown
@@ -130,7 +141,7 @@ func (o *Options) withDefaults() Options {
 		obs = append(obs, c.Observer)
 	}
 	if c.Logger != nil {
-		obs = append(obs, SlogObserver(c.Logger))
+		obs = append(obs, slogObserver(c.Logger, c.ErrorText))
 	}
 	switch len(obs) {
 	case 0:
@@ -182,6 +193,8 @@ type Store struct {
 	// rules settle stale claims of a scope in place of the Resolver
 	// (crashrecovery.go); set in New, then only read.
 	rules map[string]recoveryRule
+	// flights holds the resolutions of stale claims in progress (flight.go).
+	flights flights
 }
 
 // errDurability is returned by Open when Options.Durability and
@@ -190,8 +203,13 @@ var errDurability = errors.New("idem: Options.Badger.Durability differs from Opt
 
 // Open opens (or creates) a store in a directory on the embedded Badger
 // backend. Claims left open by an earlier process are orphaned at once and
-// resolved by recovery. With opts.Badger.InMemory, dir is ignored.
+// resolved by recovery. With opts.Badger.InMemory, dir is ignored. Options
+// that make no sense are refused with an error naming the fields
+// (Options.Validate, ErrInvalidOptions).
 func Open(dir string, opts *Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -212,8 +230,13 @@ func Open(dir string, opts *Options) (*Store, error) {
 }
 
 // New returns a Store over any Backend, such as pgstore's. The Store owns
-// the backend from then on and closes it in Close.
+// the backend from then on and closes it in Close. It panics if the
+// options make no sense (Options.Validate), as constructors do on bad
+// configuration; Open returns that error instead.
 func New(b Backend, opts *Options) *Store {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
 	o := opts.withDefaults()
 	owner := o.Owner
 	if owner == "" {
@@ -383,9 +406,10 @@ func (s *Store) observeErr(op, scope, key string, token uint64, err error) {
 
 // Get returns the stored record of (scope, key) as it is, for inspection:
 // it may be in progress, done, released or expired but not yet reclaimed.
+// It reads idem's own scopes (ReservedScopePrefix) too.
 // It returns ErrNotFound when nothing is stored.
 func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
-	if err := validate(scope, key); err != nil {
+	if err := validate(scope, key, true); err != nil {
 		return nil, err
 	}
 	var rec *Record
@@ -396,9 +420,14 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 	return rec, err
 }
 
-func validate(scope, key string) error {
+// validate checks a caller's scope and key; idem's own callers (the
+// Journal) pass own, which admits the reserved scopes.
+func validate(scope, key string, own bool) error {
 	if err := ValidateKey(key); err != nil {
 		return err
+	}
+	if own {
+		return ValidateStoredScope(scope)
 	}
 	return ValidateScope(scope)
 }

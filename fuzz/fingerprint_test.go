@@ -98,7 +98,8 @@ func FuzzFingerprint(f *testing.F) {
 }
 
 // checkReference checks that Fingerprint returns what the reference
-// implementation in fingerprint_ref_test.go returns for body, byte for byte,
+// implementation in fingerprint_ref_test.go returns for body, byte for byte
+// but for the algorithm's name,
 // errors and their messages included, under the default bounds and under
 // tight ones.
 func checkReference(t *testing.T, body []byte) {
@@ -113,6 +114,9 @@ func checkReference(t *testing.T, body []byte) {
 		for _, ct := range []string{jsonType, "application/octet-stream"} {
 			got, err := f.idem.Sum("POST", "/fuzz", ct, body)
 			want, werr := f.ref.Sum("POST", "/fuzz", ct, body)
+			// idemfp2 is idemfp1 but for the name when no media-type
+			// parameter matters, as for these types.
+			want = strings.Replace(want, idem.PreviousFingerprintAlgorithm+":", idem.FingerprintAlgorithm+":", 1)
 			if got != want || fmt.Sprint(err) != fmt.Sprint(werr) {
 				t.Fatalf("%+v %s %q:\ngot  %s, %v\nwant %s, %v", f.idem, ct, body, got, err, want, werr)
 			}

@@ -20,9 +20,13 @@ const (
 	// Resolver about every stale claim, saves or releases claims on its
 	// verdicts, reclaims expired records, and lists what it decided.
 	AccessSweep
+	// AccessSettle settles a stale claim by an operator's verdict: POST
+	// settle. It saves a result that every repeat replays, or releases the
+	// claim so that the next request runs the effect again.
+	AccessSettle
 )
 
-// String names the access: "read", "bodies" or "sweep".
+// String names the access: "read", "bodies", "sweep" or "settle".
 func (a Access) String() string {
 	switch a {
 	case AccessRead:
@@ -31,6 +35,8 @@ func (a Access) String() string {
 		return "bodies"
 	case AccessSweep:
 		return "sweep"
+	case AccessSettle:
+		return "settle"
 	}
 	return "access(?)"
 }

@@ -43,6 +43,8 @@ type HandlerOptions struct {
 //	GET  /ls?state=&scope=&older_than=&limit=   a Listing (limit default 100) [read]
 //	GET  /stats                   Stats; refreshes Metrics' gauges [read]
 //	POST /sweep                   runs a sweep now: a SweepResult [sweep]
+//	POST /settle                  settles a stale claim (a SettleRequest): its Story [settle];
+//	                              409 when the key holds no stale claim
 //	GET  /export?bodies=false     every record as JSON lines (AuditRecord) [read]
 //	GET  /export?bodies=true      the same with saved bodies [read, bodies]
 //
@@ -71,6 +73,7 @@ func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
 	mux.HandleFunc("GET /ls", h.guard(AccessRead, h.ls))
 	mux.HandleFunc("GET /stats", h.guard(AccessRead, h.stats))
 	mux.HandleFunc("POST /sweep", h.guard(AccessSweep, h.sweep))
+	mux.HandleFunc("POST /settle", h.guard(AccessSettle, h.settle))
 	mux.HandleFunc("GET /export", h.guard(AccessRead, h.export))
 	return mux
 }

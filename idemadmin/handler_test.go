@@ -60,7 +60,7 @@ func byRole(r *http.Request, a idemadmin.Access) error {
 	case role == "":
 		return fmt.Errorf("no role: %w", idemadmin.ErrUnauthenticated)
 	case role == "operator",
-		role == "auditor" && a != idemadmin.AccessSweep,
+		role == "auditor" && a != idemadmin.AccessSweep && a != idemadmin.AccessSettle,
 		role == "viewer" && a == idemadmin.AccessRead:
 		return nil
 	}

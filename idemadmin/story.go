@@ -208,6 +208,12 @@ func timeline(rec *idem.Record, now time.Time) []Entry {
 			}
 			add(a.EndedAt, "recovered", a.Token, "recovered: the resolver said %s; %s",
 				strings.TrimPrefix(a.Outcome, "recovered: "), saved(a.Status))
+		case strings.HasPrefix(a.Outcome, "settled: "):
+			add(a.EndedAt, "settled", a.Token, "settled by an operator: %s (%s); %s",
+				strings.TrimPrefix(a.Outcome, "settled: "), a.Reason, saved(a.Status))
+		case a.Outcome == "released" && strings.HasPrefix(a.Reason, "settled: "):
+			add(a.EndedAt, "settled", a.Token, "settled by an operator: %s; released, the next request runs it",
+				strings.TrimPrefix(a.Reason, "settled: "))
 		case a.Outcome == "released" && strings.HasPrefix(a.Reason, "recovered: "):
 			add(a.EndedAt, "recovered", a.Token, "recovered: %s; released, the next request runs it",
 				strings.TrimPrefix(a.Reason, "recovered: "))

@@ -81,7 +81,9 @@ func TestTell_Conditions(t *testing.T) {
 // story numbers them and says how many it lost.
 func TestTell_ManyClaims(t *testing.T) {
 	clock := idemtest.NewClock(t0)
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, Clock: clock, SweepInterval: -1})
+	// ErrorText keeps each attempt's text, to tell the first from the rest.
+	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, Clock: clock, SweepInterval: -1,
+		ErrorText: error.Error})
 	if err != nil {
 		t.Fatal(err)
 	}

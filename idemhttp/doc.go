@@ -40,6 +40,8 @@
 //	repeat with another method, route, body   422 mismatch; the handler does not run
 //	earlier attempt's outcome unknown         Options.UnknownStatus (503) outcome-unknown
 //	store unavailable or closed               503 unavailable, Retry-After; the handler does not run
+//	handler ran, outcome not recorded         the handler's response (or 500 outcome-not-recorded);
+//	                                          a retry is held until recovery, never run again
 //	repeat, response was too large to keep    first status, response-not-kept, Idempotent-Replayed: true
 //
 // Refusals are application/problem+json (RFC 9457) with the stable type

@@ -58,7 +58,9 @@ type Options struct {
 	// OnError, if set, is called with the error behind a refusal that the
 	// server, not the client, caused: Options.Scope failed or returned a
 	// malformed scope, the request body could not be read, or the store
-	// could not be read or written (503). The problem about to be sent
+	// could not be read or written (503), or the handler ran and its
+	// outcome could not be recorded (500; the handler's own response is
+	// sent then, and p is for the log). The problem about to be sent
 	// comes with it. Its Detail is generic: error texts from an
 	// authentication layer or a storage engine may carry tokens, tenant
 	// names, paths or queries, so they never reach the client by default.
@@ -285,7 +287,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !ok {
 		return
 	}
-	fp, err := m.fp.Sum(r.Method, m.route(r), r.Header.Get("Content-Type"), body)
+	route, ct := m.route(r), r.Header.Get("Content-Type")
+	fp, err := m.fp.Sum(r.Method, route, ct, body)
+	var prev string
+	if err == nil {
+		// A record stored before idemfp2 still matches (idem.Request).
+		prev, err = m.fp.SumPrevious(r.Method, route, ct, body)
+	}
 	if err != nil {
 		if errors.Is(err, idem.ErrBodyTooLarge) {
 			m.tooLarge(w, key)
@@ -301,7 +309,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	r2.ContentLength = int64(len(body))
 	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
-	m.run(w, r2, next, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: m.retention})
+	m.run(w, r2, next, idem.Request{Scope: scope, Key: key, Fingerprint: fp, PreviousFingerprint: prev,
+		Retention: m.retention})
 }
 
 // readBody reads the whole body, bounded by MaxBodyBytes. It answers the
@@ -372,9 +381,14 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		if rec != nil {
 			// The handler ran. Do saved, released or held its result as the
 			// store's policy said, before anything buffered goes out. If
-			// the result could not be recorded (err wraps ErrUnavailable)
+			// the outcome could not be recorded (ErrOutcomeNotRecorded)
 			// the client still gets the response the handler made: the
 			// claim stays for recovery, and a retry never runs it twice.
+			// OnError hears of it, for the server's log.
+			if errors.Is(err, idem.ErrOutcomeNotRecorded) && m.onError != nil {
+				p := notRecorded(req.Key)
+				m.onError(r, err, &p)
+			}
 			rec.commit()
 			return
 		}
@@ -471,6 +485,9 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 		}
 		writeProblem(w, Problem{Type: ProblemOutcomeUnknown, Title: "Outcome of an earlier attempt unknown",
 			Status: m.unknown, Key: key, Detail: detail}, ra)
+	case errors.Is(err, idem.ErrOutcomeNotRecorded):
+		// The effect ran: never "unavailable, retry safely" (503).
+		m.fail(w, r, err, notRecorded(key), 0)
 	case errors.Is(err, idem.ErrInvalidKey):
 		// The middleware checked the key and the scope before: the store's
 		// rule may name the scope, which the client did not send.
@@ -484,6 +501,14 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 			Detail: fmt.Sprintf("the request with key %q was not run: its idempotency record could not be read or "+
 				"written; retry with the same key", key)}, unavailableRetryAfter)
 	}
+}
+
+// notRecorded is the problem for an effect whose outcome was not recorded.
+func notRecorded(key string) Problem {
+	return Problem{Type: ProblemOutcomeNotRecorded, Title: "Outcome not recorded",
+		Status: http.StatusInternalServerError, Key: key,
+		Detail: fmt.Sprintf("the request with key %q ran, but its outcome could not be recorded; it may have taken "+
+			"effect, and it will not run again until recovery decides: do not retry it with a new key", key)}
 }
 
 // fail answers with p, a refusal the server caused with err. err's text is

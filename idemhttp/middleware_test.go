@@ -490,6 +490,8 @@ func TestMiddleware_ScopeIsolation(t *testing.T) {
 				return "", fmt.Errorf("no tenant: %w", idemhttp.ErrUnauthenticated)
 			case "bad":
 				return "", errors.New("tenant header malformed")
+			case "journal":
+				return idem.JournalScope, nil // a tenant id that is idem's own scope
 			default:
 				return "tenant:" + tenant, nil
 			}
@@ -514,6 +516,10 @@ func TestMiddleware_ScopeIsolation(t *testing.T) {
 	r = send(t, "POST", srv.URL+"/x", "k", `{}`, "X-Tenant", "bad")
 	if p := r.problem(t); r.status != http.StatusBadRequest || p.Type != idemhttp.ProblemInvalidScope {
 		t.Fatalf("bad tenant: %d %+v", r.status, p)
+	}
+	r = send(t, "POST", srv.URL+"/x", "k", `{}`, "X-Tenant", "journal")
+	if p := r.problem(t); r.status != http.StatusBadRequest || p.Type != idemhttp.ProblemInvalidScope {
+		t.Fatalf("reserved scope: %d %+v", r.status, p)
 	}
 	if h.count() != 2 {
 		t.Fatalf("handler ran %d times", h.count())

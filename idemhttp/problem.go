@@ -41,6 +41,14 @@ const (
 	// recovery decides. Status Options.UnknownStatus (503 by default), with
 	// Retry-After while recovery will ask again.
 	ProblemOutcomeUnknown = "https://idemkit.dev/problems/outcome-unknown"
+	// ProblemOutcomeNotRecorded: the handler ran but the store could not
+	// record its outcome (idem.ErrOutcomeNotRecorded). Status 500, no
+	// Retry-After: the effect may have happened, and a retry with the key
+	// is held until recovery resolves the claim, never run a second time.
+	// The middleware sends the handler's own response when it has one, so
+	// this problem is only answered when it has none; OnError sees the
+	// error either way.
+	ProblemOutcomeNotRecorded = "https://idemkit.dev/problems/outcome-not-recorded"
 	// ProblemResponseNotKept: the request ran once, but its response was
 	// larger than Options.MaxResponseBytes and was not saved. The status is
 	// the one the first run answered; the header Idempotent-Replayed is set.

@@ -47,6 +47,12 @@ const (
 	StatusOutcomeUnknown = "outcome_unknown"
 	// StatusUnavailable: the store failed; the tool did not run; retry.
 	StatusUnavailable = "unavailable"
+	// StatusOutcomeNotRecorded: the tool ran but its outcome could not be
+	// recorded (idem.ErrOutcomeNotRecorded); it may have taken effect, and
+	// a retry with the key is held until recovery decides. The tool's own
+	// answer is returned when there is one, so this status only appears
+	// when there is none.
+	StatusOutcomeNotRecorded = "outcome_not_recorded"
 	// StatusUnauthenticated: the call carries no principal to scope it by.
 	StatusUnauthenticated = "unauthenticated"
 )
@@ -226,7 +232,7 @@ func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
 	})
 	if ran != nil {
 		// The tool ran: its caller gets its answer even if the outcome could
-		// not be recorded (err wraps ErrUnavailable); the claim then stays
+		// not be recorded (ErrOutcomeNotRecorded); the claim then stays
 		// for recovery, and a retry never runs it twice.
 		return ran.res, ran.err
 	}
@@ -322,6 +328,11 @@ func (g *Guard) refuse(tool, key string, err error) *mcp.CallToolResult {
 		return refusal(StatusOutcomeUnknown, key, wait, fmt.Sprintf("an earlier %s call with idempotency key %q "+
 			"stopped before its outcome was recorded; an operator is resolving whether it took effect, and it will "+
 			"not run again until then: do not retry it with a new key", tool, key))
+	case errors.Is(err, idem.ErrOutcomeNotRecorded):
+		// The tool ran: never "unavailable, retry safely".
+		return refusal(StatusOutcomeNotRecorded, key, 0, fmt.Sprintf("%s with idempotency key %q ran, but its "+
+			"outcome could not be recorded; it may have taken effect and will not run again until an operator "+
+			"resolves it: do not retry it with a new key", tool, key))
 	case errors.Is(err, idem.ErrInvalidKey):
 		return refusal(StatusInvalidKey, key, 0, fmt.Sprintf("%s with idempotency key %q did not run: %v", tool, key, err))
 	default:

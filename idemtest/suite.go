@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,11 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Contract_InvalidKey", testContractInvalidKey},
 		{"Contract_Unavailable", testContractUnavailable},
 		{"Contract_Closed", testContractClosed},
+		{"Contract_NotRecordedEveryPath", testContractNotRecorded},
+		{"Contract_ClosedUnderEffect", testContractClosedUnderEffect},
+		{"Contract_ReservedScope", testContractReservedScope},
+		{"Recovery_OperatorSettles", testSettle},
+		{"Policy_ErrorTextKept", testErrorText},
 		{"Contract_ExpiredRunsAgain", testContractExpired},
 		{"Fencing_StaleTokenChangesNothing", testFencing},
 		{"Fencing_TokensNeverRepeat", testTokensNeverRepeat},
@@ -205,6 +211,19 @@ func (l *events) count(kind idem.EventKind, key string) int {
 	return n
 }
 
+// countReason counts the events of kind whose Reason starts with prefix.
+func (l *events) countReason(kind idem.EventKind, prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.list {
+		if e.Kind == kind && strings.HasPrefix(e.Reason, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 // waitFor receives from ch until an event of kind arrives. The timeout only
 // turns a hang into a failure; it asserts nothing about speed.
 func waitFor(t testing.TB, ch <-chan idem.Event, kind idem.EventKind) idem.Event {
@@ -297,6 +316,20 @@ func (f *failing) Get(ctx context.Context, scope, key string) (*idem.Record, err
 		return nil, errInjected
 	}
 	return f.Backend.Get(ctx, scope, key)
+}
+
+func (f *failing) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
+	if f.broken() {
+		return errInjected
+	}
+	return f.Backend.Release(ctx, scope, key, token, r)
+}
+
+func (f *failing) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
+	if f.broken() {
+		return errInjected
+	}
+	return f.Backend.Extend(ctx, scope, key, token, leaseEnds)
 }
 
 func isUnavailable(err error) bool { return errors.Is(err, idem.ErrUnavailable) }

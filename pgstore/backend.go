@@ -497,5 +497,5 @@ func validate(scope, key string) error {
 	if err := idem.ValidateKey(key); err != nil {
 		return err
 	}
-	return idem.ValidateScope(scope)
+	return idem.ValidateStoredScope(scope)
 }

@@ -88,7 +88,7 @@ func (r *row) record() (*idem.Record, error) {
 		return nil, corrupt("done record without a result")
 	case r.token <= 0 || r.claims < 0 || r.checks < 0:
 		return nil, corrupt("token %d, claims %d, checks %d", r.token, r.claims, r.checks)
-	case idem.ValidateKey(r.key) != nil || idem.ValidateScope(r.scope) != nil:
+	case idem.ValidateKey(r.key) != nil || idem.ValidateStoredScope(r.scope) != nil:
 		return nil, corrupt("malformed scope or key")
 	}
 	rec := &idem.Record{

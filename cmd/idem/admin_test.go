@@ -126,7 +126,7 @@ func TestAdminCommands(t *testing.T) {
 				"claim 1 of 1: token 1 by process-1", "completed: status 201 saved", "2026-03-02 09:04:00Z  1h56m ago  replayed",
 				"2026-03-02 09:03:00Z  1h57m ago  rejected"}},
 			// A failed attempt released, then a second claim completed.
-			{"1002", []string{"2 claims", "released (error: payment provider timeout): the next request runs it again",
+			{"1002", []string{"2 claims", "released (error): the next request runs it again",
 				"claim 2 of 2: token 3", "replayed 1 time"}},
 			// A 409 during the claim.
 			{"1003", []string{"1× 409 (in progress)"}},

@@ -2,7 +2,7 @@
 // of a store directory.
 //
 //	idem demo [-seed N] [-agents N] [-dir DIR]
-//	idem inspect|ls|stats|sweep|export -dir DIR [flags]
+//	idem inspect|ls|stats|sweep|export|resolve -dir DIR [flags]
 package main
 
 import (
@@ -34,6 +34,7 @@ func commands() []command {
 		{name: "stats", summary: "count a store's records by state, with its age and size", run: statsCommand},
 		{name: "sweep", summary: "run recovery and reclamation on a store now, reporting each decision", run: sweepCommand},
 		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
+		{name: "resolve", summary: "settle a stale claim by an operator's verdict: committed with a result, or not", run: resolveCommand},
 	}
 }
 

@@ -3,6 +3,7 @@ package canon
 import (
 	"encoding/binary"
 	"mime"
+	"strings"
 )
 
 // The canonical encoding. Every part is self-delimiting, so the
@@ -13,6 +14,10 @@ import (
 //	field(s) = uvarint(len(s)) s
 //	class    = 'J'                   JSON, whatever the exact media type
 //	         | 'M' field(mediatype)  lower-cased, parameters dropped
+//	         | 'P' field(mediatype) uvarint(n) (field(name) field(value)){n}
+//	                                 the media type with the n parameters
+//	                                 that change the meaning of its bytes
+//	                                 (see meaningful), by name; not in V1
 //	         | 'R' field(header)     a header that does not parse, as given
 //	body     = 'E'                   empty body, for every class
 //	         | value                 JSON class
@@ -42,6 +47,7 @@ import (
 const (
 	tagJSONClass     = 'J'
 	tagMediaType     = 'M'
+	tagParams        = 'P'
 	tagRawType       = 'R'
 	tagEmpty         = 'E'
 	tagBytes         = 'B'
@@ -88,10 +94,21 @@ type Encoder struct {
 // the next call. A JSON body nested deeper than maxDepth (which must be
 // positive) is an error; so is malformed JSON. The caller bounds the size.
 func (e *Encoder) Request(method, route, contentType string, body []byte, maxDepth int) (head, tail []byte, err error) {
+	return e.request(method, route, contentType, body, maxDepth, true)
+}
+
+// RequestV1 is Request as it was before media-type parameters took part
+// (the encoding of idemfp1): every parameter is dropped. For a content type
+// without a meaningful parameter (ParamsMatter false) both are the same.
+func (e *Encoder) RequestV1(method, route, contentType string, body []byte, maxDepth int) (head, tail []byte, err error) {
+	return e.request(method, route, contentType, body, maxDepth, false)
+}
+
+func (e *Encoder) request(method, route, contentType string, body []byte, maxDepth int, params bool) (head, tail []byte, err error) {
 	b := e.buf[:0]
 	b = appendField(b, method)
 	b = appendField(b, route)
-	b, isJSON := appendClass(b, contentType)
+	b, isJSON := appendClass(b, contentType, params)
 	switch {
 	case len(body) == 0:
 		b = append(b, tagEmpty)
@@ -131,22 +148,37 @@ func appendField(b []byte, s string) []byte {
 }
 
 // appendClass appends the class of contentType and reports whether bodies
-// of that class are JSON.
-func appendClass(b []byte, contentType string) ([]byte, bool) {
+// of that class are JSON. With params, the meaningful parameters of a
+// non-JSON type take part.
+func appendClass(b []byte, contentType string, params bool) ([]byte, bool) {
 	if contentType == "application/json" {
 		return append(b, tagJSONClass), true
 	}
+	var ps map[string]string
 	mt, ok := simpleMediaType(contentType)
 	if !ok {
-		parsed, _, err := mime.ParseMediaType(contentType)
+		parsed, all, err := mime.ParseMediaType(contentType)
 		if err != nil {
 			b = append(b, tagRawType)
 			return appendField(b, contentType), false
 		}
-		mt = parsed
+		mt, ps = parsed, all
 	}
 	if isJSONType(mt) {
 		return append(b, tagJSONClass), true
+	}
+	if names := meaningful(mt, ps); params && len(names) > 0 {
+		b = append(b, tagParams)
+		b = appendField(b, mt)
+		b = binary.AppendUvarint(b, uint64(len(names)))
+		for _, n := range names {
+			v := ps[n]
+			if n == "charset" {
+				v = strings.ToLower(v)
+			}
+			b = appendField(appendField(b, n), v)
+		}
+		return b, false
 	}
 	b = append(b, tagMediaType)
 	b = binary.AppendUvarint(b, uint64(len(mt)))
@@ -154,6 +186,33 @@ func appendClass(b []byte, contentType string) ([]byte, bool) {
 		b = append(b, lowerASCII(mt[i]))
 	}
 	return b, false
+}
+
+// meaningful returns, sorted, the names of the parameters of the non-JSON
+// media type mt (lower case) that change what its bytes mean: a multipart
+// type's boundary (the same bytes split at another boundary are another
+// form), and a charset other than UTF-8 (the same bytes in another charset
+// are other text). A UTF-8 charset, and every other parameter, does not
+// count: it would only make equal requests differ.
+func meaningful(mt string, ps map[string]string) []string {
+	var names []string
+	if v, ok := ps["boundary"]; ok && v != "" && strings.HasPrefix(mt, "multipart/") {
+		names = append(names, "boundary")
+	}
+	if v, ok := ps["charset"]; ok && v != "" && !equalFoldASCII(v, "utf-8") && !equalFoldASCII(v, "utf8") {
+		names = append([]string{"charset"}, names...)
+	}
+	return names
+}
+
+// ParamsMatter reports whether contentType carries a parameter that takes
+// part in Request but not in RequestV1.
+func ParamsMatter(contentType string) bool {
+	if _, ok := simpleMediaType(contentType); ok {
+		return false
+	}
+	mt, ps, err := mime.ParseMediaType(contentType)
+	return err == nil && !isJSONType(mt) && len(meaningful(mt, ps)) > 0
 }
 
 // simpleMediaType returns the media type of the common header shapes

@@ -1,0 +1,77 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrNothingToSettle is returned by Settle when the key holds no claim
+// whose lease ended: nothing is stored, the record is done or released, or
+// its claim is live (then the error is also an *InProgressError).
+var ErrNothingToSettle = errors.New("idem: no stale claim to settle")
+
+// settledPrefix starts the words a settled claim's story carries.
+const settledPrefix = "settled: "
+
+// Settle is an operator's verdict on a stale claim of (scope, key): one
+// whose lease ended, whether recovery marked it as needing attention or
+// has yet to resolve it. VerdictCommitted saves result as the key's result,
+// replayed to every repeat; VerdictNotCommitted releases the claim, so the
+// next request runs the effect. note says who decided and why; the
+// record's story keeps it (the attempt's Reason, and Record.Recovered
+// reads "settled: committed" or "settled: not committed").
+//
+// Settle goes through the backend's fenced calls with the claim's token,
+// so it cannot overwrite a holder that took the claim meanwhile (then it
+// fails with ErrFenced), and it refuses a live claim (ErrNothingToSettle
+// with an *InProgressError). Settle reads idem's own scopes too. It drops
+// the key from the replay cache.
+func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result Result, note string) error {
+	if err := validate(scope, key, true); err != nil {
+		return err
+	}
+	if v != VerdictCommitted && v != VerdictNotCommitted {
+		return fmt.Errorf("idem: settle %q: verdict must be committed or not_committed, not %s", key, v)
+	}
+	if note == "" {
+		return fmt.Errorf("idem: settle %q: a note saying who decided and why is required", key)
+	}
+	rec, err := s.Get(ctx, scope, key)
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%w: key %q in scope %q has no record", ErrNothingToSettle, key, scope)
+	}
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	switch {
+	case rec.State != StateInProgress:
+		return fmt.Errorf("%w: key %q in scope %q is %s", ErrNothingToSettle, key, scope, rec.State)
+	case !rec.Stale(now):
+		return errors.Join(ErrNothingToSettle,
+			&InProgressError{Scope: scope, Key: key, LeaseEnds: rec.LeaseEnds})
+	}
+	retention := rec.Retention
+	if retention <= 0 {
+		retention = s.o.Retention
+	}
+	words := settledPrefix + v.String()
+	s.hot.drop(scope, key, 0)
+	err = s.call(func() error {
+		if v == VerdictCommitted {
+			return s.b.Complete(ctx, scope, key, rec.Token, Completion{Result: result, At: now,
+				ExpiresAt: expiresAt(now, retention), Recovered: words,
+				Ending: Ending{At: now, Outcome: words, Reason: note, Status: result.Status}})
+		}
+		return s.b.Release(ctx, scope, key, rec.Token, Releasing{At: now, ExpiresAt: expiresAt(now, retention),
+			Reason: words, Ending: Ending{At: now, Outcome: outcomeReleased, Reason: words + ": " + note}})
+	})
+	if err != nil {
+		s.fencedOrErr("settle", scope, key, rec.Token, err)
+		return err
+	}
+	s.observe(Event{Kind: EventRecovered, Scope: scope, Key: key, Token: rec.Token, Time: now,
+		Verdict: v.String(), Reason: settledPrefix + note})
+	return nil
+}
