@@ -37,8 +37,11 @@ type tallies struct {
 	// budget's share, memory.go); past it the counts are flushed early
 	// rather than memory growing.
 	limit int
-	mu    sync.Mutex // guards m
-	m     map[tallyKey]*Tally
+	// flushing serialises flushes: a Sweep's flush then returns only
+	// after an early flush already in flight has handed its counts over.
+	flushing sync.Mutex
+	mu       sync.Mutex // guards m
+	m        map[tallyKey]*Tally
 }
 
 func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full bool) {
@@ -116,6 +119,8 @@ func (s *Store) flushTallies(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
+	s.counts.flushing.Lock()
+	defer s.counts.flushing.Unlock()
 	batch := s.takeTallies()
 	if len(batch) == 0 {
 		return nil
