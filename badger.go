@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 	"github.com/idemkit/idem/internal/engine"
 )
 
@@ -51,9 +50,17 @@ type BadgerOptions struct {
 	// ReadOnly opens an existing store without writing to it (inspection
 	// while no process holds the directory). Write calls fail.
 	ReadOnly bool
-	// MemTableSize is the size of one memtable; 0 means 4 MiB.
+	// MemoryBudget sizes Badger's memtables, caches and table builders
+	// (see Options.MemoryBudget, which Open passes here when this is 0);
+	// 0 means DefaultMemoryBudget. The fields below and Tune, when set,
+	// win over it.
+	MemoryBudget int64
+	// MemTableSize is the size of one memtable; 0 means MemoryBudget/32
+	// (1 to 64 MiB).
 	MemTableSize int64
-	// BlockCacheSize is the size of the block cache; 0 means 4 MiB.
+	// BlockCacheSize is the size of the block cache; 0 means none (the
+	// tables are uncompressed and read through mmap), or MemoryBudget/16
+	// if Tune turns compression on.
 	BlockCacheSize int64
 	// ValueThreshold is the size above which a record is kept in the value
 	// log rather than the LSM tree; 0 means 16 KiB.
@@ -121,46 +128,35 @@ var _ Backend = (*BadgerBackend)(nil)
 var _ Lister = (*BadgerBackend)(nil)
 var _ Maintainer = (*BadgerBackend)(nil)
 
-// badgerOptions turns o into Badger's options. The reasons for the sizes
-// are in docs/engine.md ("Badger's options").
+// badgerOptions turns o into Badger's options: the sizes of its memory
+// budget (memory.go), then o's explicit sizes, then Tune. The reasons for
+// the sizes are in docs/memory.md and docs/engine.md ("Badger's options").
 func badgerOptions(dir string, o BadgerOptions) badger.Options {
 	bo := badger.DefaultOptions(dir)
 	if o.InMemory {
 		bo = badger.DefaultOptions("").WithInMemory(true)
 	}
-	orDefault := func(v, d int64) int64 {
-		if v <= 0 {
-			return d
-		}
-		return v
-	}
-	bo = bo.
+	budget := memoryBudget(o.MemoryBudget)
+	bo = applyBudget(bo, budget).
 		WithSyncWrites(false). // Durable syncs idem's own log instead
 		WithReadOnly(o.ReadOnly).
-		WithMemTableSize(orDefault(o.MemTableSize, 4<<20)).
-		WithNumMemtables(3).
-		WithBlockCacheSize(orDefault(o.BlockCacheSize, 4<<20)).
-		WithIndexCacheSize(2 << 20).
-		WithValueThreshold(orDefault(o.ValueThreshold, 16<<10)).
 		WithValueLogFileSize(64 << 20).
-		WithNumCompactors(2).
-		WithNumLevelZeroTables(4).
-		WithNumLevelZeroTablesStall(12).
 		WithMetricsEnabled(false).
 		WithDetectConflicts(true).
-		WithLogger(badgerLogger{o.Logger}).
-		// Smaller tables on disk keep the resident memory of a large store
-		// small (Badger reads tables through mmap), and small tables at
-		// every level bound what compaction builds in memory.
-		WithCompression(options.ZSTD).
-		WithZSTDCompressionLevel(1).
-		WithBlockSize(16 << 10).
-		WithBaseTableSize(1 << 20)
-	bo.TableSizeMultiplier = 1
+		WithLogger(badgerLogger{o.Logger})
+	if o.MemTableSize > 0 {
+		bo.MemTableSize = o.MemTableSize
+	}
+	if o.BlockCacheSize > 0 {
+		bo.BlockCacheSize = o.BlockCacheSize
+	}
+	if o.ValueThreshold > 0 {
+		bo.ValueThreshold = o.ValueThreshold
+	}
 	if o.Tune != nil {
 		o.Tune(&bo)
 	}
-	return bo
+	return fixBlockCache(bo, budget)
 }
 
 // OpenBadger opens or creates a Badger backend in dir. Claims left open by

@@ -106,7 +106,7 @@ func TestBadger_Reopen_ReadsTablesOfEarlierOptions(t *testing.T) {
 	s = openStore(t, dir, nil)
 	replay(s, keys[:200])
 	fill(s, keys[200:])
-	require.NoError(t, s.Close()) // and a zstd table beside it
+	require.NoError(t, s.Close()) // and a table of today's options beside it
 
 	// Two tables in level 0 over a limit of one: Flatten merges them (and
 	// no background compaction does it first).

@@ -26,12 +26,12 @@ import (
 // The design and its measurements (sharding, the layout of an entry, the
 // cost of a clock read) are in docs/replay-cache.md.
 
-// hotBytes bounds the cache's approximate size (hotSet.limit); past it,
-// the entries put longest ago in the shard receiving one are evicted
-// first. Results with bodies over hotMaxBody are never kept: a large body
-// is rare enough to be read from the backend.
+// The cache's approximate size is bounded by its share of the memory
+// budget (hotSet.limit, memory.go); past it, the entries put longest ago
+// in the shard receiving one are evicted first. Results with bodies over
+// hotMaxBody are never kept: a large body is rare enough to be read from
+// the backend.
 const (
-	hotBytes   = 16 << 20
 	hotMaxBody = 16 << 10
 
 	hotShardBits = 5
@@ -119,13 +119,19 @@ func (x *hotIndex) len() int { return len(x.keys) + len(x.scoped) }
 
 // hotSet is the replay cache.
 type hotSet struct {
-	bytes  atomic.Int64 // the sum of the shards' bytes
-	limit  int64        // the bound on bytes
-	shards [hotShards]hotShard
+	bytes atomic.Int64 // the sum of the shards' bytes
+	limit int64        // the bound on bytes
+	// pendingMax is a shard's share of the records counted between two
+	// flushes (the Store's tallies bound).
+	pendingMax int
+	shards     [hotShards]hotShard
 }
 
-// newHotSet returns an empty cache holding about limit bytes at most.
-func newHotSet(limit int64) *hotSet { return &hotSet{limit: limit} }
+// newHotSet returns an empty cache holding about limit bytes at most, whose
+// counted entries ask for a flush past tallies of them.
+func newHotSet(limit int64, tallies int) *hotSet {
+	return &hotSet{limit: limit, pendingMax: max(1, tallies/hotShards)}
+}
 
 // shard returns the shard of (scope, key): a cheap mix of the key's first
 // and last bytes and the scope's first, not a hash of every byte (the map
@@ -188,7 +194,7 @@ func (h *hotSet) get(scope, key string) *hotEntry {
 // fresh reading): an entry live at now+behind is live now; one that is not
 // is judged again on fresh(), read under the lock, so that a late reading
 // never replays an expired record (see coarseSlack). full reports that
-// the shard's pending list has grown to its share of maxTallies, so that
+// the shard's pending list has grown to its share of the tallies bound, so that
 // the caller can ask for an early flush. It allocates nothing (but for the
 // pending list's growth).
 func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Duration, fresh func() time.Time,
@@ -212,7 +218,7 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 	if count {
 		if e.replays == 0 {
 			sh.pending = append(sh.pending, e)
-			full = len(sh.pending) >= maxTallies/hotShards
+			full = len(sh.pending) >= h.pendingMax
 		}
 		e.replays++
 		if ns := now.UnixNano(); ns > e.lastReplay {

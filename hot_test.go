@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,12 +22,12 @@ func kept(h *hotSet) (n, bytes int) {
 }
 
 func TestHotSet_BoundedBySize(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	body := make([]byte, 8<<10)
 	for i := range 10000 {
 		h.put("", "id-"+strconv.Itoa(i), &Record{State: StateDone, Result: &Result{Body: body}})
 		// Each shard may hold one record beyond the bound.
-		if limit := int64(hotBytes + hotShards*(hotMaxBody+1024)); h.bytes.Load() > limit {
+		if limit := h.limit + hotShards*(hotMaxBody+1024); h.bytes.Load() > limit {
 			t.Fatalf("after %d puts the set holds %d bytes, more than %d", i+1, h.bytes.Load(), limit)
 		}
 	}
@@ -58,7 +59,7 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 // The bench suite's replay workload keeps 20,000 done keys with ~90-byte
 // results: all of them must fit.
 func TestHotSet_HoldsReplayWorkload(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	fp := "idemfp1-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
 	body := make([]byte, 94)
 	const n = 20_000
@@ -73,7 +74,7 @@ func TestHotSet_HoldsReplayWorkload(t *testing.T) {
 }
 
 func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	rec := &Record{State: StateDone, Result: &Result{Body: []byte("x")}}
 	for round := range 200 {
 		for i := range 100 {
@@ -95,7 +96,7 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 // Replays counted while flushes take the counts, some on entries dropped
 // or replaced meanwhile, all reach a flush, with the latest time.
 func TestHotSet_CountLosesNothing(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	const keys, goroutines, each = 50, 4, 5000
 	base := time.Unix(1_700_000_000, 0)
 	rec := func(k string) *Record {
@@ -156,7 +157,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 // A replay is refused, and not counted, for another fingerprint or once
 // the record has expired.
 func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	now := time.Unix(1_700_000_000, 0)
 	h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
 	if e, _, _ := h.replay("", "k", "other", now, 0, nil, true); e != nil {
@@ -191,7 +192,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 		current := expires.Add(off) // the time a fresh reading gives
 		for _, late := range []time.Duration{0, 1, time.Second, behind / 2, behind - 1, behind,
 			behind + 1, behind + time.Second, 2 * behind} {
-			h := newHotSet(hotBytes)
+			h := newDefaultHotSet()
 			h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: expires, Result: &Result{}})
 			reading := current.Add(-late)
 			freshReads := 0
@@ -235,7 +236,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 // Records of one key in several scopes are kept apart, and a request
 // finds only its own scope's, whatever bytes its scope and key hold.
 func TestHotSet_ScopesKeptApart(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	now := time.Unix(1_700_000_000, 0)
 	ids := []hotID{{"", "k"}, {"a", "k"}, {"b", "k"}, {"", "ak"}, {"", recordIDString("a", "k")}}
 	for i, id := range ids {
@@ -275,7 +276,7 @@ func TestSplitRecordID(t *testing.T) {
 // Sweep drops a reclaimed record's entry by token: a newer entry of the
 // key stays.
 func TestHotSet_DropByToken(t *testing.T) {
-	h := newHotSet(hotBytes)
+	h := newDefaultHotSet()
 	h.put("s", "k", &Record{Token: 2, Fingerprint: "fp", Result: &Result{}})
 	h.drop("s", "k", 1)
 	if h.get("s", "k") == nil {
@@ -284,5 +285,44 @@ func TestHotSet_DropByToken(t *testing.T) {
 	h.drop("s", "k", 2)
 	if h.get("s", "k") != nil {
 		t.Fatal("kept the entry of the token dropped")
+	}
+}
+
+// newDefaultHotSet returns the replay cache of a Store with the default
+// memory budget.
+func newDefaultHotSet() *hotSet {
+	s := sharesOf(DefaultMemoryBudget)
+	return newHotSet(s.hotBytes, s.tallies)
+}
+
+func TestHotSet_StoreKeepsItsShareOfTheBudget(t *testing.T) {
+	const budget = 16 << 20
+	b, err := OpenBadger("", BadgerOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(b, &Options{MemoryBudget: budget, SweepInterval: -1})
+	defer s.Close()
+	if want := int64(budget / 5); s.hot.limit != want {
+		t.Fatalf("replay cache bound %d, want the budget's fifth %d", s.hot.limit, want)
+	}
+	body := make([]byte, 8<<10)
+	var peak int64
+	// Five times the share in results, each kept when completed.
+	for i := range 5 * budget / 5 / len(body) {
+		_, _, err := s.Do(context.Background(), Request{Key: "k" + strconv.Itoa(i)},
+			func(context.Context) (Result, error) { return Result{Status: 200, Body: body}, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		peak = max(peak, s.hot.bytes.Load())
+	}
+	// The bound is exceeded by at most the entry just put (one per shard
+	// when puts race; these do not).
+	if limit := s.hot.limit + int64(len(body)+1024); peak > limit {
+		t.Fatalf("the replay cache held %d bytes, over its share %d", peak, limit)
+	}
+	if n, _ := kept(s.hot); n == 0 || s.hot.bytes.Load() < s.hot.limit/2 {
+		t.Fatalf("the cache keeps %d entries, %d bytes: it should fill its share %d", n, s.hot.bytes.Load(), s.hot.limit)
 	}
 }

@@ -103,6 +103,20 @@ type Options struct {
 	// are then recovered on the next open). Default 30 seconds.
 	CloseTimeout time.Duration
 
+	// MemoryBudget bounds, in bytes, the memory the store holds in the host
+	// process: under Open, Badger's memtables (B/32 each, two of them),
+	// index cache (B/32) and table builders (tables of B/128), and on every
+	// backend the Store's replay cache (B/5) and the replays and rejections
+	// counted between two flushes (B/16 KiB records). Default
+	// DefaultMemoryBudget (64 MiB); values under MinMemoryBudget (16 MiB)
+	// are raised to it. Options.Badger's explicit sizes and Tune win over
+	// it. It bounds live bytes: the process's resident memory also holds
+	// the garbage collector's headroom (GOGC), which the host sets (with
+	// GOMEMLIMIT), not a library, and Badger's compaction can briefly
+	// exceed its share. Mapped table files are page cache, not counted.
+	// docs/memory.md has the split and what it holds.
+	MemoryBudget int64
+
 	// Badger tunes the embedded backend that Open creates.
 	Badger BadgerOptions
 }
@@ -136,6 +150,7 @@ func (o *Options) withDefaults() Options {
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = defaultCloseTimeout
 	}
+	c.MemoryBudget = memoryBudget(c.MemoryBudget)
 	var obs multiObserver
 	if c.Observer != nil {
 		obs = append(obs, c.Observer)
@@ -222,6 +237,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if bo.Logger == nil {
 		bo.Logger = o.Logger
 	}
+	if bo.MemoryBudget == 0 {
+		bo.MemoryBudget = o.MemoryBudget
+	}
 	b, err := OpenBadger(dir, bo)
 	if err != nil {
 		return nil, err
@@ -238,6 +256,7 @@ func New(b Backend, opts *Options) *Store {
 		panic(err)
 	}
 	o := opts.withDefaults()
+	shares := sharesOf(o.MemoryBudget)
 	owner := o.Owner
 	if owner == "" {
 		var id [3]byte
@@ -248,7 +267,7 @@ func New(b Backend, opts *Options) *Store {
 	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
 		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1), drained: make(chan struct{}),
-		hot: newHotSet(hotBytes), rules: map[string]recoveryRule{JournalScope: journalRule()}}
+		hot: newHotSet(shares.hotBytes, shares.tallies), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule()}}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(Tallier)
 	if _, ok := o.Clock.(systemClock); ok {

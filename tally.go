@@ -27,17 +27,21 @@ const (
 	// flushSpacing is how many times as long as a flush took the next one
 	// waits, at least tallyInterval.
 	flushSpacing = 20
-	// maxTallies bounds the records counted between two flushes; beyond it
-	// the oldest counts are flushed early rather than memory growing.
-	maxTallies = 1 << 16
 )
 
 type tallyKey struct{ scope, key string }
 
 // tallies gathers counts between flushes.
 type tallies struct {
-	mu sync.Mutex // guards m
-	m  map[tallyKey]*Tally
+	// limit bounds the records counted between two flushes (the memory
+	// budget's share, memory.go); past it the counts are flushed early
+	// rather than memory growing.
+	limit int
+	// flushing serialises flushes: a Sweep's flush then returns only
+	// after an early flush already in flight has handed its counts over.
+	flushing sync.Mutex
+	mu       sync.Mutex // guards m
+	m        map[tallyKey]*Tally
 }
 
 func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full bool) {
@@ -64,7 +68,7 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 		c.Mismatches++
 		c.LastRejection = at
 	}
-	full = len(t.m) >= maxTallies
+	full = len(t.m) >= t.limit
 	t.mu.Unlock()
 	return full
 }
@@ -115,6 +119,8 @@ func (s *Store) flushTallies(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
+	s.counts.flushing.Lock()
+	defer s.counts.flushing.Unlock()
 	batch := s.takeTallies()
 	if len(batch) == 0 {
 		return nil

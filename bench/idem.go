@@ -31,9 +31,6 @@ func idemContenders() []Contender {
 		{
 			Name: "idem-budget32", Kind: "idem", Durable: true, SameData: "idem", Portable: true,
 			Config: "idem.Open on Badger, Durability: Durable, Options.MemoryBudget: 32 MiB (issue 15)",
-			// MEMORY BUDGET (issue 15): remove Skip once idem.Options has
-			// MemoryBudget, and set it in openBadgerIdem.
-			Skip: "not run: idem.Options has no MemoryBudget yet",
 			Open: func(ctx context.Context, dir string) (Store, error) {
 				return openBadgerIdem(dir, idem.Durable, budgetContenderBytes)
 			},
@@ -89,12 +86,7 @@ func openBadgerIdem(dir string, d idem.Durability, budget int64) (*idemStore, er
 			mode = idem.Fast
 		}
 		o := idemOptions(mode, benchResult)
-		if budget > 0 {
-			// MEMORY BUDGET (issue 15): o.MemoryBudget = budget once the
-			// option exists. Until then the contender that passes a budget
-			// is skipped, so this store would not be what it claims.
-			return nil, nil, fmt.Errorf("bench: a memory budget of %d bytes needs idem.Options.MemoryBudget", budget)
-		}
+		o.MemoryBudget = budget // zero: the default
 		s, err := idem.Open(dir, o)
 		if err != nil {
 			return nil, nil, err

@@ -1,0 +1,88 @@
+package idem_test
+
+import (
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/idemkit/idem"
+	"github.com/stretchr/testify/require"
+)
+
+// badgerOpts opens a store with o and returns the options Badger runs with.
+func badgerOpts(t *testing.T, o *idem.Options) (*idem.Store, badger.Options) {
+	t.Helper()
+	s := openStore(t, t.TempDir(), o)
+	return s, idem.BadgerDB(s.Backend().(*idem.BadgerBackend)).Opts()
+}
+
+// What Badger's options hold at most, live, by the accounting of
+// docs/memory.md: every memtable's arena (the mutable one, those queued and
+// one being flushed, each with Badger's 15% slack), the caches, and the
+// allocator pool's 8 table builders of twice a table each.
+func badgerBound(bo badger.Options) int64 {
+	memtables := int64(bo.NumMemtables+2) * bo.MemTableSize * 115 / 100
+	builders := 8 * 2 * bo.BaseTableSize
+	return memtables + bo.BlockCacheSize + bo.IndexCacheSize + builders
+}
+
+func TestMemoryBudget_SmallBudgetBoundsBadger(t *testing.T) {
+	for _, budget := range []int64{idem.MinMemoryBudget, 32 << 20, idem.DefaultMemoryBudget} {
+		s, bo := badgerOpts(t, &idem.Options{MemoryBudget: budget})
+		require.Equal(t, budget, s.Options().MemoryBudget)
+		// The Store's own shares: the replay cache's fifth and the tallies.
+		own := budget/5*5/4 + budget/(16<<10)*256
+		require.LessOrEqual(t, badgerBound(bo)+own, budget, "budget %d: %+v", budget, bo)
+		require.Equal(t, options.None, bo.Compression)
+		require.Equal(t, 2, bo.NumCompactors)
+		require.Equal(t, 1, bo.TableSizeMultiplier)
+	}
+
+	// The default budget sizes the store the same as asking for it.
+	s, def := badgerOpts(t, nil)
+	require.Equal(t, int64(idem.DefaultMemoryBudget), s.Options().MemoryBudget)
+	_, asked := badgerOpts(t, &idem.Options{MemoryBudget: idem.DefaultMemoryBudget})
+	require.Equal(t, asked.MemTableSize, def.MemTableSize)
+	require.Equal(t, asked.BaseTableSize, def.BaseTableSize)
+	require.Equal(t, asked.IndexCacheSize, def.IndexCacheSize)
+
+	// A larger budget gives Badger more.
+	_, big := badgerOpts(t, &idem.Options{MemoryBudget: 256 << 20})
+	require.Greater(t, big.MemTableSize, def.MemTableSize)
+	require.Greater(t, big.BaseTableSize, def.BaseTableSize)
+}
+
+func TestMemoryBudget_RaisedToTheFloor(t *testing.T) {
+	s, bo := badgerOpts(t, &idem.Options{MemoryBudget: 1 << 20})
+	require.Equal(t, int64(idem.MinMemoryBudget), s.Options().MemoryBudget)
+	_, floor := badgerOpts(t, &idem.Options{MemoryBudget: idem.MinMemoryBudget})
+	require.Equal(t, floor.MemTableSize, bo.MemTableSize)
+	require.Equal(t, floor.IndexCacheSize, bo.IndexCacheSize)
+}
+
+func TestMemoryBudget_ExplicitSizesAndTuneWin(t *testing.T) {
+	_, bo := badgerOpts(t, &idem.Options{MemoryBudget: 32 << 20, Badger: idem.BadgerOptions{
+		MemTableSize: 8 << 20, BlockCacheSize: 3 << 20, ValueThreshold: 4 << 10,
+		Tune: func(bo *badger.Options) { bo.IndexCacheSize = 5 << 20 },
+	}})
+	require.Equal(t, int64(8<<20), bo.MemTableSize)
+	require.Equal(t, int64(3<<20), bo.BlockCacheSize)
+	require.Equal(t, int64(4<<10), bo.ValueThreshold)
+	require.Equal(t, int64(5<<20), bo.IndexCacheSize)
+
+	// Compression through Tune gets the block cache Badger requires.
+	s, bo := badgerOpts(t, &idem.Options{MemoryBudget: 32 << 20, Badger: idem.BadgerOptions{
+		Tune: func(bo *badger.Options) { bo.Compression = options.ZSTD },
+	}})
+	require.Equal(t, int64(2<<20), bo.BlockCacheSize)
+	_, _, err := s.Do(bg, idem.Request{Key: "k"}, ok("body"))
+	require.NoError(t, err)
+}
+
+func TestMemoryBudget_OpenBadgerTakesItsOwn(t *testing.T) {
+	b, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{MemoryBudget: 128 << 20})
+	require.NoError(t, err)
+	defer b.Close()
+	_, def := badgerOpts(t, nil)
+	require.Equal(t, 2*def.MemTableSize, idem.BadgerDB(b).Opts().MemTableSize)
+}
