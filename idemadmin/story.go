@@ -133,43 +133,61 @@ func summary(rec *idem.Record, now time.Time) string {
 	return rec.State.String()
 }
 
+// story gathers the entries of a record's story and where each sorts:
+// its time, unless it must follow another.
+type story struct {
+	out   []Entry
+	order []time.Time
+}
+
+func (s *story) add(at time.Time, event string, token uint64, format string, args ...any) {
+	s.out = append(s.out, Entry{Time: at, Event: event, Token: token, Detail: fmt.Sprintf(format, args...)})
+	s.order = append(s.order, at)
+}
+
+// note adds what was noted on an open claim, such as a restart orphaning
+// it; the record does not say when.
+func (s *story) note(a idem.Attempt) {
+	if strings.HasPrefix(a.Reason, "orphaned") {
+		s.add(time.Time{}, "orphaned", a.Token, "%s: the process holding the claim was gone", a.Reason)
+		return
+	}
+	s.add(time.Time{}, "note", a.Token, "%s", a.Reason)
+}
+
 // timeline builds the entries of rec's story, oldest first.
 func timeline(rec *idem.Record, now time.Time) []Entry {
-	var (
-		out   []Entry
-		order []time.Time // where each entry sorts: its time, unless it must follow another
-	)
-	add := func(at time.Time, event string, token uint64, format string, args ...any) {
-		out = append(out, Entry{Time: at, Event: event, Token: token, Detail: fmt.Sprintf(format, args...)})
-		order = append(order, at)
-	}
-	// note adds what was noted on an open claim, such as a restart
-	// orphaning it; the record does not say when.
-	note := func(a idem.Attempt) {
-		if strings.HasPrefix(a.Reason, "orphaned") {
-			add(time.Time{}, "orphaned", a.Token, "%s: the process holding the claim was gone", a.Reason)
-			return
-		}
-		add(time.Time{}, "note", a.Token, "%s", a.Reason)
-	}
-	add(rec.FirstSeen, "first_seen", 0, "first seen")
+	var s story
+	s.add(rec.FirstSeen, "first_seen", 0, "first seen")
+	s.attempts(rec, now)
+	s.counts(rec)
+	s.expiry(rec, now)
+	sortEntries(s.out, s.order)
+	return s.out
+}
 
-	attempts := rec.Attempts
-	if len(attempts) == 0 {
-		// A record written before attempts were kept: its current claim is
-		// all it knows.
-		attempts = []idem.Attempt{{Token: rec.Token, ClaimedAt: rec.ClaimedAt, Owner: rec.Owner}}
-		if rec.State == idem.StateDone {
-			a := &attempts[0]
-			a.EndedAt, a.Outcome = rec.DoneAt, "completed"
-			if rec.Recovered != "" {
-				a.Outcome = "recovered: " + rec.Recovered
-			}
-			if rec.Result != nil {
-				a.Status = rec.Result.Status
-			}
+// storedAttempts returns rec's attempts, or for a record written before
+// attempts were kept, the one its current claim tells of.
+func storedAttempts(rec *idem.Record) []idem.Attempt {
+	if len(rec.Attempts) > 0 {
+		return rec.Attempts
+	}
+	a := idem.Attempt{Token: rec.Token, ClaimedAt: rec.ClaimedAt, Owner: rec.Owner}
+	if rec.State == idem.StateDone {
+		a.EndedAt, a.Outcome = rec.DoneAt, "completed"
+		if rec.Recovered != "" {
+			a.Outcome = "recovered: " + rec.Recovered
+		}
+		if rec.Result != nil {
+			a.Status = rec.Result.Status
 		}
 	}
+	return []idem.Attempt{a}
+}
+
+// attempts adds each claim and how it ended.
+func (s *story) attempts(rec *idem.Record, now time.Time) {
+	attempts := storedAttempts(rec)
 	// The record keeps the first claim and the latest ones: number them
 	// from the end when claims in between were dropped.
 	notKept := max(rec.Claims-len(attempts), 0)
@@ -179,62 +197,69 @@ func timeline(rec *idem.Record, now time.Time) []Entry {
 			n += notKept
 		}
 		if i == 1 && notKept > 0 {
-			add(time.Time{}, "not_kept", 0, "%s not kept (a record keeps the first and the latest %d)",
+			s.add(time.Time{}, "not_kept", 0, "%s not kept (a record keeps the first and the latest %d)",
 				plural(int64(notKept), "claim", "claims"), idem.MaxAttempts-1)
 		}
 		who := ""
 		if a.Owner != "" {
 			who = " by " + a.Owner
 		}
-		add(a.ClaimedAt, "claimed", a.Token, "claim %d of %d: token %d%s", n, rec.Claims, a.Token, who)
-		current := a.Token == rec.Token
+		s.add(a.ClaimedAt, "claimed", a.Token, "claim %d of %d: token %d%s", n, rec.Claims, a.Token, who)
 		if a.EndedAt.IsZero() {
 			if a.Reason != "" {
-				note(a)
+				s.note(a)
 			}
-			if current && rec.State == idem.StateInProgress {
-				openClaim(rec, now, add)
+			if a.Token == rec.Token && rec.State == idem.StateInProgress {
+				openClaim(rec, now, s.add)
 			} else {
-				add(time.Time{}, "unfinished", a.Token, "no outcome recorded")
+				s.add(time.Time{}, "unfinished", a.Token, "no outcome recorded")
 			}
 			continue
 		}
-		switch {
-		case a.Outcome == "completed":
-			add(a.EndedAt, "completed", a.Token, "completed: %s", saved(a.Status))
-		case strings.HasPrefix(a.Outcome, "recovered: "):
-			if a.Reason != "" {
-				note(a)
-			}
-			add(a.EndedAt, "recovered", a.Token, "recovered: the resolver said %s; %s",
-				strings.TrimPrefix(a.Outcome, "recovered: "), saved(a.Status))
-		case strings.HasPrefix(a.Outcome, "settled: "):
-			add(a.EndedAt, "settled", a.Token, "settled by an operator: %s (%s); %s",
-				strings.TrimPrefix(a.Outcome, "settled: "), a.Reason, saved(a.Status))
-		case a.Outcome == "released" && strings.HasPrefix(a.Reason, "settled: "):
-			add(a.EndedAt, "settled", a.Token, "settled by an operator: %s; released, the next request runs it",
-				strings.TrimPrefix(a.Reason, "settled: "))
-		case a.Outcome == "released" && strings.HasPrefix(a.Reason, "recovered: "):
-			add(a.EndedAt, "recovered", a.Token, "recovered: %s; released, the next request runs it",
-				strings.TrimPrefix(a.Reason, "recovered: "))
-		case a.Outcome == "released":
-			why := ""
-			if a.Reason != "" {
-				why = " (" + a.Reason + ")"
-			}
-			add(a.EndedAt, "released", a.Token, "released%s: the next request runs it again", why)
-		default:
-			add(a.EndedAt, a.Outcome, a.Token, "%s", a.Outcome)
-		}
+		s.ended(a)
 	}
+}
 
+// ended adds how the claim a ended.
+func (s *story) ended(a idem.Attempt) {
+	switch {
+	case a.Outcome == "completed":
+		s.add(a.EndedAt, "completed", a.Token, "completed: %s", saved(a.Status))
+	case strings.HasPrefix(a.Outcome, "recovered: "):
+		if a.Reason != "" {
+			s.note(a)
+		}
+		s.add(a.EndedAt, "recovered", a.Token, "recovered: the resolver said %s; %s",
+			strings.TrimPrefix(a.Outcome, "recovered: "), saved(a.Status))
+	case strings.HasPrefix(a.Outcome, "settled: "):
+		s.add(a.EndedAt, "settled", a.Token, "settled by an operator: %s (%s); %s",
+			strings.TrimPrefix(a.Outcome, "settled: "), a.Reason, saved(a.Status))
+	case a.Outcome == "released" && strings.HasPrefix(a.Reason, "settled: "):
+		s.add(a.EndedAt, "settled", a.Token, "settled by an operator: %s; released, the next request runs it",
+			strings.TrimPrefix(a.Reason, "settled: "))
+	case a.Outcome == "released" && strings.HasPrefix(a.Reason, "recovered: "):
+		s.add(a.EndedAt, "recovered", a.Token, "recovered: %s; released, the next request runs it",
+			strings.TrimPrefix(a.Reason, "recovered: "))
+	case a.Outcome == "released":
+		why := ""
+		if a.Reason != "" {
+			why = " (" + a.Reason + ")"
+		}
+		s.add(a.EndedAt, "released", a.Token, "released%s: the next request runs it again", why)
+	default:
+		s.add(a.EndedAt, a.Outcome, a.Token, "%s", a.Outcome)
+	}
+}
+
+// counts adds the replays and refusals counted for rec.
+func (s *story) counts(rec *idem.Record) {
 	if rec.Replays > 0 {
-		add(rec.LastReplay, "replayed", 0, "replayed %s; the last here", plural(rec.Replays, "time", "times"))
+		s.add(rec.LastReplay, "replayed", 0, "replayed %s; the last here", plural(rec.Replays, "time", "times"))
 		// A replay follows the outcome it replays. Its time may read
 		// earlier: a replay answered from memory is timed on a clock
 		// reading up to 100 ms old, and times print to the second.
 		if end := outcomeTime(rec); end.After(rec.LastReplay) {
-			order[len(order)-1] = end
+			s.order[len(s.order)-1] = end
 		}
 	}
 	if rec.Conflicts > 0 || rec.Mismatches > 0 {
@@ -245,21 +270,24 @@ func timeline(rec *idem.Record, now time.Time) []Entry {
 		if rec.Mismatches > 0 {
 			parts = append(parts, fmt.Sprintf("%d× 422 (different payload)", rec.Mismatches))
 		}
-		add(rec.LastRejection, "rejected", 0, "refused %s; the last here", strings.Join(parts, " and "))
+		s.add(rec.LastRejection, "rejected", 0, "refused %s; the last here", strings.Join(parts, " and "))
 	}
-	if rec.State != idem.StateInProgress && !rec.ExpiresAt.IsZero() {
-		if now.Before(rec.ExpiresAt) {
-			what := "replays until then"
-			if rec.State == idem.StateReleased {
-				what = "its story is kept until then"
-			}
-			add(rec.ExpiresAt, "expires", 0, "expires: %s", what)
-		} else {
-			add(rec.ExpiresAt, "expired", 0, "expired: a repeat runs the effect again; not reclaimed yet")
+}
+
+// expiry adds when rec expires, or that it has.
+func (s *story) expiry(rec *idem.Record, now time.Time) {
+	if rec.State == idem.StateInProgress || rec.ExpiresAt.IsZero() {
+		return
+	}
+	if now.Before(rec.ExpiresAt) {
+		what := "replays until then"
+		if rec.State == idem.StateReleased {
+			what = "its story is kept until then"
 		}
+		s.add(rec.ExpiresAt, "expires", 0, "expires: %s", what)
+		return
 	}
-	sortEntries(out, order)
-	return out
+	s.add(rec.ExpiresAt, "expired", 0, "expired: a repeat runs the effect again; not reclaimed yet")
 }
 
 // outcomeTime is when rec got the result that repeats replay: its
