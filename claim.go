@@ -38,6 +38,10 @@ type Claim struct {
 	lease       time.Duration
 	retention   time.Duration
 
+	// commit, when set, writes the completion in the effect's own
+	// transaction (DoCommit).
+	commit Committer
+
 	// mu guards leaseEnds and finished.
 	mu        sync.Mutex
 	leaseEnds time.Time
@@ -257,7 +261,13 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string) 
 		case DecisionSave:
 			kind = EventCompleted
 			comp := completion(res, now, expiresAt(now, c.retention), "")
-			if err := s.b.Complete(ctx, c.scope, c.key, c.token, comp); err != nil {
+			write := s.b.Complete
+			if c.commit != nil {
+				write = func(ctx context.Context, _, _ string, _ uint64, comp Completion) error {
+					return c.commit.Commit(ctx, c, comp)
+				}
+			}
+			if err := write(ctx, c.scope, c.key, c.token, comp); err != nil {
 				return err
 			}
 			if len(res.Body) <= hotMaxBody {
@@ -306,6 +316,38 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // saved, Do returns fn's result and an error wrapping ErrUnavailable; the
 // claim is then left for recovery.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
+	return s.do(ctx, req, fn, nil)
+}
+
+// Committer commits an effect's own writes together with its claim's
+// completion, in one transaction of the backend's (see DoCommit).
+type Committer interface {
+	// Commit writes comp to c's record in the effect's transaction,
+	// fenced by c's token, and commits both. On any error neither is
+	// committed (the transaction is rolled back), except when the commit's
+	// answer was lost, which the error then wraps ErrUnavailable for. A
+	// refused fence is an error wrapping ErrFenced.
+	Commit(ctx context.Context, c *Claim, comp Completion) error
+	// Rollback undoes the effect's writes. It is called when the outcome is
+	// not saved (a release, a hold, a panic), before the claim ends, and
+	// may be called after Commit.
+	Rollback(ctx context.Context)
+}
+
+// DoCommit is Do for an effect whose writes commit in one transaction
+// with the record's completion (pgstore.DoTx builds on it): when the error
+// policy saves the outcome, the completion is written by commit.Commit
+// instead of the Backend's Complete, so the effect committed exactly when
+// the record is done. Otherwise, and when fn panics, commit.Rollback runs
+// first, then the claim is released or held as in Do.
+func (s *Store) DoCommit(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
+	if commit == nil {
+		return Result{}, false, errors.New("idem: DoCommit with a nil Committer")
+	}
+	return s.do(ctx, req, fn, commit)
+}
+
+func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
 	c, saved, err := s.Begin(ctx, req)
 	if err != nil {
 		return Result{}, false, err
@@ -315,6 +357,12 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 			return *saved, true, &SavedError{Message: saved.Error}
 		}
 		return *saved, true, nil
+	}
+	c.commit = commit
+	rollback := func() {
+		if commit != nil {
+			commit.Rollback(context.WithoutCancel(ctx))
+		}
 	}
 	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, claimKey{}, c))
 	hbDone := make(chan struct{})
@@ -331,6 +379,7 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		// fn panicked or called runtime.Goexit: release, then re-raise.
 		p := recover()
 		finish()
+		rollback()
 		_ = c.Release(context.WithoutCancel(ctx), "panic")
 		if p != nil {
 			panic(p)
@@ -350,8 +399,10 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		}
 		endErr = c.Complete(endCtx, saved)
 	case DecisionHold:
+		rollback()
 		endErr = c.Hold(endCtx)
 	default:
+		rollback()
 		reason := "error policy"
 		if err != nil {
 			reason = "error: " + err.Error()

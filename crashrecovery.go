@@ -84,6 +84,16 @@ func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (V
 	if rule, ok := s.rules[rec.Scope]; ok {
 		return s.applyRule(ctx, rule, rec, now)
 	}
+	if t, ok := s.b.(Transactor); ok && t.Transactional(rec) {
+		// The effect's writes commit only with the completion, fenced by
+		// this token: the record is in progress, so they did not commit,
+		// and after the release they never can.
+		keep := rec.Retention
+		if keep <= 0 {
+			keep = s.o.Retention
+		}
+		return s.applyRule(ctx, recoveryRule{verdict: VerdictNotCommitted, why: "transactional effect not committed", keep: keep}, rec, now)
+	}
 	if s.o.Resolver == nil {
 		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
 			Reason: "no resolver configured"})

@@ -19,6 +19,7 @@ import (
 type queries struct {
 	insert, takeOver                   string // Claim
 	complete, release, extend, deferTo string // fenced
+	markTx                             string // fenced: DoTx's mark
 	get, stale, reclaim, scan          string
 	tally                              string
 }
@@ -158,6 +159,11 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 		extend: r.Replace(`
 UPDATE {table} SET lease_ends = $4, ` + settled + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		// markTx notes $4 on the open attempt of the claim (see DoTx).
+		markTx: r.Replace(`
+UPDATE {table} SET attempts = jsonb_set(attempts, '{-1,r}', to_jsonb(CAST($4 AS text)))
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3 AND (attempts -> -1 ->> 't')::bigint = $3`),
 
 		deferTo: r.Replace(`
 UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
