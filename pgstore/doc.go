@@ -37,7 +37,8 @@
 // atomically, and costs no extra round trip. The counts of replays and
 // rejections (idem.Tallier) arrive from the Store in batches: AddTallies
 // adds a batch to the rows still there with one UPDATE ... FROM unnest(...)
-// per few thousand records, and never creates a row.
+// per few thousand records, locking the rows in (scope, key) order first so
+// that concurrent batches cannot deadlock, and never creates a row.
 //
 // Stale walks a partial index of the open claims (its cost grows with them,
 // not with the table) and hands each stale claim to one backend instance at
