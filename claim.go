@@ -305,8 +305,14 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 
 // Do runs fn once for req's key and returns its result; every repeat gets
 // the saved result back with replayed set. While fn runs, Do extends the
-// claim's lease every Lease/3, and cancels fn's context if the claim is
-// lost to recovery. When fn returns, the error policy saves the outcome,
+// claim's lease every Lease/3. fn's context carries the lease's end as its
+// deadline (ctx.Deadline reports the current end, or the caller's deadline
+// if that is earlier), moved by each successful extension. It is
+// cancelled when the claim is lost to recovery (context.Cause is then the
+// *FencedError), and as soon as the lease ends before an extension
+// succeeded, as when the storage cannot be reached (ctx.Err and
+// context.Cause are then context.DeadlineExceeded): from then on recovery
+// may hand the claim to another holder, so fn should stop. When fn returns, the error policy saves the outcome,
 // releases the claim or holds it. A panic in fn releases the claim and is
 // re-raised.
 //
@@ -364,11 +370,12 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 			commit.Rollback(context.WithoutCancel(ctx))
 		}
 	}
-	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, claimKey{}, c))
+	inner, cancel := context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
+	fnCtx := leaseContext{Context: inner, c: c}
 	hbDone := make(chan struct{})
-	go c.heartbeat(fnCtx, cancel, hbDone)
+	go c.heartbeat(inner, cancel, hbDone)
 	finish := func() {
-		cancel()
+		cancel(nil)
 		<-hbDone
 	}
 	normal := false
@@ -420,32 +427,85 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 type claimKey struct{}
 
 // ClaimFromContext returns the claim whose effect Do is running with ctx,
-// so that the effect can pass the fencing token downstream.
+// so that the effect can pass the fencing token downstream. ctx's
+// deadline is the claim's lease end (see Do), also Claim.LeaseEnds.
 func ClaimFromContext(ctx context.Context) (*Claim, bool) {
 	c, ok := ctx.Value(claimKey{}).(*Claim)
 	return c, ok
 }
 
-// heartbeat extends the claim every lease/3 until ctx ends. If the claim
-// was fenced (recovered and taken over) it cancels the effect's context.
-func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelFunc, done chan<- struct{}) {
-	defer close(done)
+// leaseContext is fn's context in Do: its deadline is the claim's lease
+// end, which moves with every extension (context.WithDeadline's cannot).
+// The heartbeat cancels it when the lease ends unextended, with
+// context.DeadlineExceeded as the cause, which Err then reports.
+type leaseContext struct {
+	context.Context // a cancel-cause context carrying the claim
+	c               *Claim
+}
+
+// Deadline returns the lease's current end, or the parent's deadline if
+// that is earlier.
+func (l leaseContext) Deadline() (time.Time, bool) {
+	end := l.c.LeaseEnds()
+	if d, ok := l.Context.Deadline(); ok && d.Before(end) {
+		return d, true
+	}
+	return end, true
+}
+
+// Err reports context.DeadlineExceeded when the lease ended unextended.
+func (l leaseContext) Err() error {
+	err := l.Context.Err()
+	if err != nil && errors.Is(context.Cause(l.Context), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// heartbeat extends the claim every lease/3 until ctx ends. It cancels
+// the effect's context when the claim was fenced (recovered and taken
+// over; the cause is the error), and as soon as the lease ends before an
+// extension succeeded (the cause is context.DeadlineExceeded): from then on
+// recovery may hand the claim to someone else. An extension that fails for
+// a storage hiccup is tried again at the next beat while the lease lasts.
+// Each extension runs on its own so that a hung call does not hold the
+// cancellation back.
+func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
+	clock := c.s.o.Clock
 	every := c.lease / 3
+	beat := clock.After(every)
+	expire := clock.After(c.LeaseEnds().Sub(c.s.now()))
+	var extended chan error // non-nil while an extension is in flight
+	defer func() {
+		// Do ends the claim after done: no extension may be left running.
+		if extended != nil {
+			<-extended
+		}
+		close(done)
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.s.o.Clock.After(every):
-		}
-		if ctx.Err() != nil {
+		case <-expire:
+			cancel(context.DeadlineExceeded)
 			return
-		}
-		if err := c.Extend(context.WithoutCancel(ctx)); err != nil {
+		case <-beat:
+			beat = nil
+			if extended == nil {
+				extended = make(chan error, 1)
+				go func(ch chan<- error) { ch <- c.Extend(context.WithoutCancel(ctx)) }(extended)
+			}
+		case err := <-extended:
+			extended = nil
 			if errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimDone) {
-				cancel()
+				cancel(err)
 				return
 			}
-			// A storage hiccup: the lease is still live; try at the next beat.
+			if err == nil {
+				expire = clock.After(c.LeaseEnds().Sub(c.s.now()))
+			}
+			beat = clock.After(every)
 		}
 	}
 }
