@@ -467,45 +467,38 @@ func (l leaseContext) Err() error {
 // over; the cause is the error), and as soon as the lease ends before an
 // extension succeeded (the cause is context.DeadlineExceeded): from then on
 // recovery may hand the claim to someone else. An extension that fails for
-// a storage hiccup is tried again at the next beat while the lease lasts.
-// Each extension runs on its own so that a hung call does not hold the
-// cancellation back.
+// a storage hiccup is tried again at the next beat while the lease lasts;
+// each may take at most what remains of the lease. The heartbeat waits on
+// one clock channel at a time: the next beat, or the lease's end if that
+// comes first.
 func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
+	defer close(done)
 	clock := c.s.o.Clock
 	every := c.lease / 3
-	beat := clock.After(every)
-	expire := clock.After(c.LeaseEnds().Sub(c.s.now()))
-	var extended chan error // non-nil while an extension is in flight
-	defer func() {
-		// Do ends the claim after done: no extension may be left running.
-		if extended != nil {
-			<-extended
-		}
-		close(done)
-	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-expire:
+		case <-clock.After(min(every, c.LeaseEnds().Sub(c.s.now()))):
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		left := c.LeaseEnds().Sub(c.s.now())
+		if left <= 0 {
 			cancel(context.DeadlineExceeded)
 			return
-		case <-beat:
-			beat = nil
-			if extended == nil {
-				extended = make(chan error, 1)
-				go func(ch chan<- error) { ch <- c.Extend(context.WithoutCancel(ctx)) }(extended)
-			}
-		case err := <-extended:
-			extended = nil
-			if errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimDone) {
-				cancel(err)
-				return
-			}
-			if err == nil {
-				expire = clock.After(c.LeaseEnds().Sub(c.s.now()))
-			}
-			beat = clock.After(every)
+		}
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), left)
+		err := c.Extend(ectx)
+		ecancel()
+		switch {
+		case errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimDone):
+			cancel(err)
+			return
+		case err != nil && !c.s.now().Before(c.LeaseEnds()):
+			cancel(context.DeadlineExceeded)
+			return
 		}
 	}
 }

@@ -83,7 +83,7 @@ func TestDo_ContextDeadlineIsLeaseEnd(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, c.LeaseEnds(), d)
 
-	clock.BlockUntil(2) // the heartbeat's beat and the lease's end
+	clock.BlockUntil(1) // the heartbeat's next beat
 	clock.Advance(testLease / 3)
 	<-extended
 	d, _ = fnCtx.Deadline()
@@ -119,10 +119,10 @@ func TestDo_LeaseEndsUnextended_CancelsEffect(t *testing.T) {
 	ctxs, errs := runHeld(s, "k", nil)
 	fnCtx := <-ctxs
 
-	clock.BlockUntil(2)
+	clock.BlockUntil(1)
 	clock.Advance(testLease / 3)
 	<-tried
-	clock.BlockUntil(2) // the next beat, after the failed extension
+	clock.BlockUntil(1) // the next beat, after the failed extension
 	require.NoError(t, fnCtx.Err(), "a failed extension is a hiccup while the lease lasts")
 
 	clock.Advance(testLease - testLease/3)
@@ -137,7 +137,7 @@ func TestDo_Fenced_CancelsEffectWithCause(t *testing.T) {
 	s, _ := leaseStore(t, clock, &idem.FencedError{Key: "k", Token: 1}, idem.Options{})
 	ctxs, errs := runHeld(s, "k", nil)
 	fnCtx := <-ctxs
-	clock.BlockUntil(2)
+	clock.BlockUntil(1)
 	clock.Advance(testLease / 3)
 	<-fnCtx.Done()
 	require.ErrorIs(t, fnCtx.Err(), context.Canceled)
