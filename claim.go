@@ -320,7 +320,9 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // comes back with a *SavedError. A replayed result's Header and Body may be
 // shared with every other replay of the key: read them, never modify them. If fn ran but its result could not be
 // saved, Do returns fn's result and an error wrapping ErrUnavailable; the
-// claim is then left for recovery.
+// claim is then left for recovery. If it could not be saved because the
+// claim had been recovered meanwhile (the holder was paused past its lease),
+// the error is a *LateCompletionError: the effect ran unrecorded.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
 	return s.do(ctx, req, fn, nil)
 }
@@ -398,6 +400,7 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 
 	endCtx := context.WithoutCancel(ctx)
 	var endErr error
+	late := false
 	switch s.o.Policy(res, err) {
 	case DecisionSave:
 		saved := res
@@ -405,6 +408,9 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 			saved.Error = err.Error()
 		}
 		endErr = c.Complete(endCtx, saved)
+		// Fenced after fn ran: unless the write was the effect's own
+		// transaction (rolled back), the effect happened unrecorded.
+		late = commit == nil && errors.Is(endErr, ErrFenced)
 	case DecisionHold:
 		rollback()
 		endErr = c.Hold(endCtx)
@@ -418,6 +424,9 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		}
 		endErr = c.Release(endCtx, reason)
 	}
+	if late {
+		return res, false, &LateCompletionError{Scope: req.Scope, Key: req.Key, Token: c.token, Err: errors.Join(endErr, err)}
+	}
 	if endErr != nil {
 		return res, false, fmt.Errorf("idem: effect for key %q ran but its outcome was not recorded: %w", req.Key, errors.Join(endErr, err))
 	}
@@ -425,6 +434,30 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 }
 
 type claimKey struct{}
+
+// LateCompletionError is what Do returns, beside fn's result, when the
+// effect ran and its outcome was to be saved, but its claim had been
+// recovered first (Complete was fenced: its holder was paused, or cut off
+// from the storage, past the lease and the grace). The effect happened;
+// the record does not hold its result, so the key may be run again, or may
+// already have been, by another holder: treat the outcome as unrecorded,
+// and do not report success to a client that will retry. It matches
+// ErrFenced.
+type LateCompletionError struct {
+	Scope, Key string
+	// Token is the late holder's token.
+	Token uint64
+	// Err holds the fenced completion's error and fn's own error, if any.
+	Err error
+}
+
+func (e *LateCompletionError) Error() string {
+	return fmt.Sprintf("idem: effect for key %q in scope %q ran, but its claim (token %d) was recovered before its result was saved",
+		e.Key, e.Scope, e.Token)
+}
+
+// Unwrap returns Err.
+func (e *LateCompletionError) Unwrap() error { return e.Err }
 
 // ClaimFromContext returns the claim whose effect Do is running with ctx,
 // so that the effect can pass the fencing token downstream. ctx's

@@ -105,3 +105,33 @@ func TestRecoveryGrace_DefaultIsLease_NegativeIsNone(t *testing.T) {
 	require.Equal(t, int32(1), asked.Load())
 	require.ErrorIs(t, c.Complete(ctx, idem.Result{}), idem.ErrFenced)
 }
+
+// An effect that ran while its claim was recovered (its holder paused past
+// the lease) cannot save its result: Do says the effect ran unrecorded.
+func TestDo_LateCompletion_ReportsEffectRan(t *testing.T) {
+	ctx := context.Background()
+	clock := idemtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a, b, _ := graceStores(t, clock, -1)
+	running, resume := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.Do(ctx, idem.Request{Key: "k", Fingerprint: "fp"}, func(context.Context) (idem.Result, error) {
+			close(running)
+			<-resume // paused: ignores its context
+			return idem.Result{Status: 201}, nil
+		})
+		done <- err
+	}()
+	<-running
+	clock.Advance(testLease)
+	rep, err := b.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.NotCommitted)
+	close(resume)
+	err = <-done
+	var late *idem.LateCompletionError
+	require.True(t, errors.As(err, &late), "%v", err)
+	require.Equal(t, "k", late.Key)
+	require.NotZero(t, late.Token)
+	require.ErrorIs(t, err, idem.ErrFenced)
+}

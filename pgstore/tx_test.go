@@ -136,6 +136,8 @@ func TestDoTx_PausedHolderCannotCommitAfterRecovery(t *testing.T) {
 	close(resume)
 	out := <-done
 	require.ErrorIs(t, out.err, idem.ErrFenced)
+	var late *idem.LateCompletionError
+	require.False(t, errors.As(out.err, &late), "a rolled-back transaction is no late completion")
 	require.Equal(t, "first", string(out.res.Body), "Do returns what fn returned")
 	require.Equal(t, []string{"second"}, f.rows(t, "k"), "the paused holder's write was rolled back")
 
