@@ -312,7 +312,10 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // *FencedError), and as soon as the lease ends before an extension
 // succeeded, as when the storage cannot be reached (ctx.Err and
 // context.Cause are then context.DeadlineExceeded): from then on recovery
-// may hand the claim to another holder, so fn should stop. When fn returns, the error policy saves the outcome,
+// may hand the claim to another holder, so fn should stop. The deadline
+// is in the Store's Clock: with an injected clock far from the wall clock
+// (a test's), a dial or I/O that takes ctx's deadline as a wall time
+// fails at once. When fn returns, the error policy saves the outcome,
 // releases the claim or holds it. A panic in fn releases the claim and is
 // re-raised.
 //
