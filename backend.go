@@ -152,3 +152,15 @@ type Tallier interface {
 	// exists. A batch may hold several tallies of one record.
 	AddTallies(ctx context.Context, tallies []Tally) error
 }
+
+// Transactor is implemented by backends that can run an effect's writes in
+// one transaction with the claim's completion (pgstore.DoTx, through
+// Store.DoCommit). Recovery releases a stale claim that Transactional
+// reports without asking the Resolver: such an effect committed exactly
+// when its record is done, and once the claim is released its fenced
+// completion, and so its writes, can never commit.
+type Transactor interface {
+	// Transactional reports whether rec's current claim runs its effect in
+	// such a transaction (the backend marks the claim when it starts one).
+	Transactional(rec *Record) bool
+}

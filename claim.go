@@ -42,6 +42,10 @@ type Claim struct {
 	lease       time.Duration
 	retention   time.Duration
 
+	// commit, when set, writes the completion in the effect's own
+	// transaction (DoCommit).
+	commit Committer
+
 	// mu guards leaseEnds and finished.
 	mu        sync.Mutex
 	leaseEnds time.Time
@@ -275,7 +279,13 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 		case DecisionSave:
 			kind = EventCompleted
 			comp := completion(res, now, expiresAt(now, c.retention), "")
-			if err := s.b.Complete(ctx, c.scope, c.key, c.token, comp); err != nil {
+			write := s.b.Complete
+			if c.commit != nil {
+				write = func(ctx context.Context, _, _ string, _ uint64, comp Completion) error {
+					return c.commit.Commit(ctx, c, comp)
+				}
+			}
+			if err := write(ctx, c.scope, c.key, c.token, comp); err != nil {
 				return err
 			}
 			if len(res.Body) <= hotMaxBody {
@@ -317,8 +327,17 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 
 // Do runs fn once for req's key and returns its result; every repeat gets
 // the saved result back with replayed set. While fn runs, Do extends the
-// claim's lease every Lease/3, and cancels fn's context if the claim is
-// lost to recovery. When fn returns, the error policy saves the outcome,
+// claim's lease every Lease/3. fn's context carries the lease's end as its
+// deadline (ctx.Deadline reports the current end, or the caller's deadline
+// if that is earlier), moved by each successful extension. It is
+// cancelled when the claim is lost to recovery (context.Cause is then the
+// *FencedError), and as soon as the lease ends before an extension
+// succeeded, as when the storage cannot be reached (ctx.Err and
+// context.Cause are then context.DeadlineExceeded): from then on recovery
+// may hand the claim to another holder, so fn should stop. The deadline
+// is in the Store's Clock: with an injected clock far from the wall clock
+// (a test's), a dial or I/O that takes ctx's deadline as a wall time
+// fails at once. When fn returns, the error policy saves the outcome,
 // releases the claim or holds it. A panic in fn releases the claim and is
 // re-raised.
 //
@@ -330,8 +349,44 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // Close ran out of CloseTimeout while fn ran), Do returns fn's result and a
 // *NotRecordedError, which matches ErrOutcomeNotRecorded and never
 // ErrUnavailable or ErrClosed: the effect may have happened, and the claim
-// is left for recovery, so a retry with the key never runs it twice.
+// is left for recovery, so a retry with the key never runs it twice. If it
+// could not be saved because the claim had been recovered meanwhile (the
+// holder was paused past its lease), the error is a *LateCompletionError,
+// which matches ErrOutcomeNotRecorded and ErrFenced: the effect ran
+// unrecorded.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
+	return s.do(ctx, req, fn, nil)
+}
+
+// Committer commits an effect's own writes together with its claim's
+// completion, in one transaction of the backend's (see DoCommit).
+type Committer interface {
+	// Commit writes comp to c's record in the effect's transaction,
+	// fenced by c's token, and commits both. On any error neither is
+	// committed (the transaction is rolled back), except when the commit's
+	// answer was lost, which the error then wraps ErrUnavailable for. A
+	// refused fence is an error wrapping ErrFenced.
+	Commit(ctx context.Context, c *Claim, comp Completion) error
+	// Rollback undoes the effect's writes. It is called when the outcome is
+	// not saved (a release, a hold, a panic), before the claim ends, and
+	// may be called after Commit.
+	Rollback(ctx context.Context)
+}
+
+// DoCommit is Do for an effect whose writes commit in one transaction
+// with the record's completion (pgstore.DoTx builds on it): when the error
+// policy saves the outcome, the completion is written by commit.Commit
+// instead of the Backend's Complete, so the effect committed exactly when
+// the record is done. Otherwise, and when fn panics, commit.Rollback runs
+// first, then the claim is released or held as in Do.
+func (s *Store) DoCommit(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
+	if commit == nil {
+		return Result{}, false, errors.New("idem: DoCommit with a nil Committer")
+	}
+	return s.do(ctx, req, fn, commit)
+}
+
+func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
 	c, saved, err := s.Begin(ctx, req)
 	if err != nil {
 		return Result{}, false, err
@@ -342,11 +397,18 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		}
 		return *saved, true, nil
 	}
-	fnCtx, cancel := context.WithCancel(context.WithValue(ctx, claimKey{}, c))
+	c.commit = commit
+	rollback := func() {
+		if commit != nil {
+			commit.Rollback(context.WithoutCancel(ctx))
+		}
+	}
+	inner, cancel := context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
+	fnCtx := leaseContext{Context: inner, c: c}
 	hbDone := make(chan struct{})
-	go c.heartbeat(fnCtx, cancel, hbDone)
+	go c.heartbeat(inner, cancel, hbDone)
 	finish := func() {
-		cancel()
+		cancel(nil)
 		<-hbDone
 	}
 	normal := false
@@ -357,6 +419,7 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 		// fn panicked or called runtime.Goexit: release, then re-raise.
 		p := recover()
 		finish()
+		rollback()
 		_ = c.Release(context.WithoutCancel(ctx), "panic")
 		if p != nil {
 			panic(p)
@@ -371,6 +434,7 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 	// The record and its story keep s.errorText(err), never err's own
 	// text, which may carry secrets (Options.ErrorText); the Observer
 	// gets err itself.
+	late := false
 	switch s.o.Policy(res, err) {
 	case DecisionSave:
 		saved := res
@@ -378,9 +442,14 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 			saved.Error = s.errorText(err)
 		}
 		endErr = c.end(endCtx, DecisionSave, saved, "", err)
+		// Fenced after fn ran: unless the write was the effect's own
+		// transaction (rolled back), the effect happened unrecorded.
+		late = commit == nil && errors.Is(endErr, ErrFenced)
 	case DecisionHold:
+		rollback()
 		endErr = c.end(endCtx, DecisionHold, Result{}, "held", err)
 	default:
+		rollback()
 		reason := "error policy"
 		if err != nil {
 			reason = "error"
@@ -391,6 +460,9 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 			reason = fmt.Sprintf("status %d", res.Status)
 		}
 		endErr = c.end(endCtx, DecisionRelease, Result{}, reason, err)
+	}
+	if late {
+		return res, false, &LateCompletionError{Scope: req.Scope, Key: req.Key, Token: c.token, Err: errors.Join(endErr, err)}
 	}
 	if endErr != nil {
 		nr := &NotRecordedError{Scope: req.Scope, Key: req.Key, Cause: endErr, Err: err}
@@ -405,33 +477,107 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 
 type claimKey struct{}
 
+// LateCompletionError is what Do returns, beside fn's result, when the
+// effect ran and its outcome was to be saved, but its claim had been
+// recovered first (Complete was fenced: its holder was paused, or cut off
+// from the storage, past the lease and the grace). The effect happened;
+// the record does not hold its result, so the key may be run again, or may
+// already have been, by another holder: treat the outcome as unrecorded,
+// and do not report success to a client that will retry. It matches
+// ErrFenced.
+type LateCompletionError struct {
+	Scope, Key string
+	// Token is the late holder's token.
+	Token uint64
+	// Err holds the fenced completion's error and fn's own error, if any.
+	Err error
+}
+
+func (e *LateCompletionError) Error() string {
+	return fmt.Sprintf("idem: effect for key %q in scope %q ran, but its claim (token %d) was recovered before its result was saved",
+		e.Key, e.Scope, e.Token)
+}
+
+// Unwrap returns Err.
+func (e *LateCompletionError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrOutcomeNotRecorded: the effect ran and
+// its outcome is not recorded. (ErrFenced matches through Err.)
+func (e *LateCompletionError) Is(target error) bool { return target == ErrOutcomeNotRecorded }
+
 // ClaimFromContext returns the claim whose effect Do is running with ctx,
-// so that the effect can pass the fencing token downstream.
+// so that the effect can pass the fencing token downstream. ctx's
+// deadline is the claim's lease end (see Do), also Claim.LeaseEnds.
 func ClaimFromContext(ctx context.Context) (*Claim, bool) {
 	c, ok := ctx.Value(claimKey{}).(*Claim)
 	return c, ok
 }
 
-// heartbeat extends the claim every lease/3 until ctx ends. If the claim
-// was fenced (recovered and taken over) it cancels the effect's context.
-func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelFunc, done chan<- struct{}) {
+// leaseContext is fn's context in Do: its deadline is the claim's lease
+// end, which moves with every extension (context.WithDeadline's cannot).
+// The heartbeat cancels it when the lease ends unextended, with
+// context.DeadlineExceeded as the cause, which Err then reports.
+type leaseContext struct {
+	context.Context // a cancel-cause context carrying the claim
+	c               *Claim
+}
+
+// Deadline returns the lease's current end, or the parent's deadline if
+// that is earlier.
+func (l leaseContext) Deadline() (time.Time, bool) {
+	end := l.c.LeaseEnds()
+	if d, ok := l.Context.Deadline(); ok && d.Before(end) {
+		return d, true
+	}
+	return end, true
+}
+
+// Err reports context.DeadlineExceeded when the lease ended unextended.
+func (l leaseContext) Err() error {
+	err := l.Context.Err()
+	if err != nil && errors.Is(context.Cause(l.Context), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// heartbeat extends the claim every lease/3 until ctx ends. It cancels
+// the effect's context when the claim was fenced (recovered and taken
+// over; the cause is the error), and as soon as the lease ends before an
+// extension succeeded (the cause is context.DeadlineExceeded): from then on
+// recovery may hand the claim to someone else. An extension that fails for
+// a storage hiccup is tried again at the next beat while the lease lasts;
+// each may take at most what remains of the lease. The heartbeat waits on
+// one clock channel at a time: the next beat, or the lease's end if that
+// comes first.
+func (c *Claim) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
 	defer close(done)
+	clock := c.s.o.Clock
 	every := c.lease / 3
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.s.o.Clock.After(every):
+		case <-clock.After(min(every, c.LeaseEnds().Sub(c.s.now()))):
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if err := c.Extend(context.WithoutCancel(ctx)); err != nil {
-			if errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimDone) {
-				cancel()
-				return
-			}
-			// A storage hiccup: the lease is still live; try at the next beat.
+		left := c.LeaseEnds().Sub(c.s.now())
+		if left <= 0 {
+			cancel(context.DeadlineExceeded)
+			return
+		}
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), left)
+		err := c.Extend(ectx)
+		ecancel()
+		switch {
+		case errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimDone):
+			cancel(err)
+			return
+		case err != nil && !c.s.now().Before(c.LeaseEnds()):
+			cancel(context.DeadlineExceeded)
+			return
 		}
 	}
 }

@@ -86,6 +86,21 @@ func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (V
 	if rule, ok := s.rules[rec.Scope]; ok {
 		return s.applyRule(ctx, rule, rec, now)
 	}
+	if t, ok := s.b.(Transactor); ok && t.Transactional(rec) {
+		// The effect's writes commit only with the completion, fenced by
+		// this token: the record is in progress, so they did not commit,
+		// and after the release they never can.
+		keep := rec.Retention
+		if keep <= 0 {
+			keep = s.o.Retention
+		}
+		return s.applyRule(ctx, recoveryRule{verdict: VerdictNotCommitted, why: "transactional effect not committed", keep: keep}, rec, now)
+	}
+	if until := s.graceEnds(rec); now.Before(until) {
+		// Its holder may only be paused: wait before asking the Resolver.
+		return VerdictUnknown, &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key, Checks: rec.Checks,
+			Attention: rec.Attention, NextCheck: until}
+	}
 	if s.o.Resolver == nil {
 		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
 			Reason: "no resolver configured"})
@@ -163,6 +178,16 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 		s.observeErr("recover", rec.Scope, rec.Key, rec.Token, err)
 		return VerdictUnknown, err
 	}
+}
+
+// graceEnds is when a stale claim may go to the Resolver: its lease's end
+// plus RecoveryGrace when another live instance holds it (Options.
+// RecoveryGrace), otherwise at once. An orphaned claim has no owner.
+func (s *Store) graceEnds(rec *Record) time.Time {
+	if rec.Owner == "" || rec.Owner == s.owner || s.o.RecoveryGrace <= 0 {
+		return time.Time{}
+	}
+	return rec.LeaseEnds.Add(s.o.RecoveryGrace)
 }
 
 // deferCheck records an inconclusive answer on the claim: the next check

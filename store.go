@@ -50,6 +50,21 @@ type Options struct {
 	// (ErrOutcomeUnknown), never silently run again.
 	Resolver Resolver
 
+	// RecoveryGrace is how long past its lease's end a stale claim taken by
+	// another live instance (another Owner; not one orphaned by a restart)
+	// waits before it goes to the Resolver: a holder that was paused (a GC
+	// pause, a stopped VM or container, a network path holding its writes)
+	// may still be acting on it, and its effect's write may still arrive.
+	// Default the Lease; negative means no grace. Claims of this instance,
+	// orphaned ones and transactional ones (pgstore.DoTx) do not wait.
+	//
+	// What remains: an effect that is neither transactional nor fenced
+	// downstream (a write that refuses older fencing tokens) and whose holder
+	// pauses for longer than the lease plus the grace can still take effect
+	// after the Resolver answered "not committed", so it may run twice. The
+	// grace narrows that window; only DoTx or fencing closes it.
+	RecoveryGrace time.Duration
+
 	// SweepInterval is how often the background sweep recovers stale claims
 	// and reclaims expired records. Default 10 seconds, or the Retention if
 	// shorter; negative disables the background sweep (call Sweep
@@ -131,6 +146,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
+	}
+	if c.RecoveryGrace == 0 {
+		c.RecoveryGrace = c.Lease
+	}
+	if c.RecoveryGrace < 0 {
+		c.RecoveryGrace = 0
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = min(defaultSweepInterval, c.Retention)

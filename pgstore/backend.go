@@ -19,6 +19,7 @@ import (
 type queries struct {
 	insert, takeOver                   string // Claim
 	complete, release, extend, deferTo string // fenced
+	markTx                             string // fenced: DoTx's mark
 	get, stale, reclaim, scan          string
 	tally                              string
 }
@@ -159,6 +160,11 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 UPDATE {table} SET lease_ends = $4, ` + settled + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
+		// markTx notes $4 on the open attempt of the claim (see DoTx).
+		markTx: r.Replace(`
+UPDATE {table} SET attempts = jsonb_set(attempts, '{-1,r}', to_jsonb(CAST($4 AS text)))
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3 AND (attempts -> -1 ->> 't')::bigint = $3`),
+
 		deferTo: r.Replace(`
 UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
@@ -210,14 +216,27 @@ SELECT {cols} FROM {table} WHERE (scope, key) > ($1, $2) ORDER BY scope, key LIM
 		// tally adds a batch of counts, one array element per record, in
 		// one statement. A record that no longer exists matches nothing and
 		// is skipped. AddTallies sends each record once (UPDATE ... FROM
-		// would apply only one of two matches), in key order, so that two
-		// instances tallying the same records lock them in the same order.
+		// would apply only one of two matches). The rows are locked first,
+		// in (scope, key) order, by the locked CTE: an UPDATE ... FROM
+		// locks rows in whatever order its join produces them (the heap's,
+		// for a hash join), so two batches sharing records could each hold
+		// a row the other waits for. With ORDER BY ... FOR UPDATE the sort
+		// comes before the locking, so every batch, in every instance,
+		// locks its rows in one global order and none waits in a cycle;
+		// the UPDATE then touches only rows it already holds.
 		tally: r.Replace(`
+WITH t AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+		AS t(scope, key, replays, conflicts, mismatches, last_replay, last_rejection)
+), locked AS (
+	SELECT r.scope, r.key FROM {table} AS r JOIN t ON r.scope = t.scope AND r.key = t.key
+	ORDER BY r.scope, r.key
+	FOR UPDATE OF r
+)
 UPDATE {table} AS r SET
 	replays = r.replays + t.replays, conflicts = r.conflicts + t.conflicts, mismatches = r.mismatches + t.mismatches,
 	last_replay = greatest(r.last_replay, t.last_replay), last_rejection = greatest(r.last_rejection, t.last_rejection)
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
-	AS t(scope, key, replays, conflicts, mismatches, last_replay, last_rejection)
+FROM t JOIN locked AS l ON l.scope = t.scope AND l.key = t.key
 WHERE r.scope = t.scope AND r.key = t.key`),
 	}
 }

@@ -37,7 +37,8 @@
 // atomically, and costs no extra round trip. The counts of replays and
 // rejections (idem.Tallier) arrive from the Store in batches: AddTallies
 // adds a batch to the rows still there with one UPDATE ... FROM unnest(...)
-// per few thousand records, and never creates a row.
+// per few thousand records, locking the rows in (scope, key) order first so
+// that concurrent batches cannot deadlock, and never creates a row.
 //
 // Stale walks a partial index of the open claims (its cost grows with them,
 // not with the table) and hands each stale claim to one backend instance at
@@ -50,6 +51,27 @@
 // holder still works (a slow resolver, a skewed clock), the worst case is
 // that two instances ask the Resolver about one claim and one of their
 // fenced writes is refused.
+//
+// # Transactional effects
+//
+// When the effect's writes live in the same database, run it with DoTx:
+// fn writes with a pgx.Tx, and when the error policy saves the outcome the
+// complete UPDATE (fenced by the token, locking the record's row) runs in
+// that transaction before it commits. The effect thus commits exactly when
+// the record turns done: a holder paused past its lease, whose claim was
+// recovered meanwhile, finds the token changed and rolls back; a recovery
+// that comes while the holder's commit is under way waits for the row's
+// lock and then finds the record done. DoTx marks the open attempt
+// "transactional" before its transaction begins (a small fenced UPDATE), and
+// recovery releases such a stale claim at once without the Resolver
+// (idem.Transactor): it cannot have committed. A release, a hold or a panic
+// rolls the transaction back. This is brandur's "atomic phases" with the
+// lease and the fencing token of idem around it.
+//
+// Effects outside the database (plain Store.Do) have no such guarantee: a
+// paused holder can still act after recovery decided. Pass the fencing token
+// downstream (idem.ClaimFromContext) where the downstream can refuse older
+// tokens.
 //
 // Reclaim deletes expired done and released records in batches of at most
 // its limit, skipping rows that another transaction holds.
