@@ -464,6 +464,13 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 	if late {
 		return res, false, &LateCompletionError{Scope: req.Scope, Key: req.Key, Token: c.token, Err: errors.Join(endErr, err)}
 	}
+	if errors.Is(endErr, ErrFenced) {
+		// The claim was recovered while fn ran, and the new holder's
+		// outcome stands: a refused save through a Committer rolled the
+		// effect's writes back with it, and a release or hold had
+		// nothing to record.
+		return res, false, errors.Join(endErr, err)
+	}
 	if endErr != nil {
 		nr := &NotRecordedError{Scope: req.Scope, Key: req.Key, Cause: endErr, Err: err}
 		var inner *NotRecordedError
