@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,10 @@ import (
 // LogName is the name of idem's log in the Badger directory.
 const LogName = "idem.wal"
 
+// LockName is the file in the directory idem locks (flock) before it
+// touches anything else there.
+const LockName = "idem.lock"
+
 var (
 	// ErrClosed is returned by Update once Close has begun.
 	ErrClosed = errors.New("engine: closed")
@@ -26,6 +31,9 @@ var (
 	// ErrNoWrite may be returned by an op to end without writing; Update
 	// then returns nil.
 	ErrNoWrite = errors.New("engine: no write")
+	// ErrLocked is returned by Open when another process (or another
+	// open in this one) holds the directory.
+	ErrLocked = errors.New("engine: directory locked by another open store")
 	// ErrCorrupt is returned by Open when the log is damaged.
 	ErrCorrupt = wal.ErrCorrupt
 )
@@ -56,6 +64,7 @@ type Engine struct {
 	dir  string
 	ro   bool
 	opts Options
+	lock *os.File // idem's directory lock (lockDir); nil in memory
 
 	// log is the log of a Durable engine, nil otherwise; it belongs to
 	// the syncer while the committer runs.
@@ -95,6 +104,22 @@ type Engine struct {
 // and starts the pipeline (unless read-only).
 func Open(o Options) (*Engine, error) {
 	bo := o.Badger
+	var lock *os.File
+	if !bo.InMemory {
+		var err error
+		if lock, err = lockDir(bo.Dir, bo.ReadOnly); err != nil {
+			return nil, err
+		}
+	}
+	e, err := open(o, lock)
+	if err != nil && lock != nil {
+		lock.Close()
+	}
+	return e, err
+}
+
+func open(o Options, lock *os.File) (*Engine, error) {
+	bo := o.Badger
 	if !bo.InMemory && !bo.ReadOnly {
 		if err := removeEmptyLogs(bo.Dir); err != nil {
 			return nil, err
@@ -104,7 +129,7 @@ func Open(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o,
+	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	e.settleCond = sync.NewCond(&e.settleMu)
 	if bo.ReadOnly {
@@ -156,6 +181,9 @@ func (e *Engine) close() error {
 	}
 	if cerr := e.db.Close(); err == nil {
 		err = cerr
+	}
+	if e.lock != nil {
+		e.lock.Close()
 	}
 	return err
 }
