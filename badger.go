@@ -60,6 +60,15 @@ type BadgerOptions struct {
 	ValueThreshold int64
 	// Logger receives Badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
+	// AcceptLoss opens a store that came back with less than it held
+	// (a lost or truncated MANIFEST, a lost table, log or memtable log,
+	// tables the MANIFEST lost, a damaged idem.mark): without it such an
+	// open fails with ErrCorrupt naming what is missing. With it the open
+	// logs the loss to Logger as a warning and goes on; the keys lost are
+	// not known to the store, so their effects may run again. Tables the
+	// MANIFEST lost are kept in idem.quarantine. An operator's flag, for
+	// one open after a loss was looked at; never set it by default.
+	AcceptLoss bool
 	// Tune, if set, may change any Badger option last. Changing
 	// DetectConflicts breaks the contract. SyncWrites is off: under
 	// Durable, the backend syncs a log of its own before each commit.
@@ -169,9 +178,11 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}}
 	eng, err := engine.Open(engine.Options{
-		Badger:   badgerOptions(dir, o),
-		Durable:  o.Durability == Durable,
-		Resident: b.resident,
+		Badger:     badgerOptions(dir, o),
+		Durable:    o.Durability == Durable,
+		Resident:   b.resident,
+		AcceptLoss: o.AcceptLoss,
+		Logger:     o.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, fromEngine(err))

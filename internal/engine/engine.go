@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -34,8 +35,10 @@ var (
 	// ErrLocked is returned by Open when another process (or another
 	// open in this one) holds the directory.
 	ErrLocked = errors.New("engine: directory locked by another open store")
-	// ErrCorrupt is returned by Open when the log is damaged.
-	ErrCorrupt = wal.ErrCorrupt
+	// ErrCorrupt is returned by Open when the directory holds less than
+	// it held or damaged files (the log, the mark, Badger's tables or
+	// MANIFEST); the message names what.
+	ErrCorrupt = errors.New("engine: damaged store")
 )
 
 // Options configure Open.
@@ -51,6 +54,12 @@ type Options struct {
 	// Badger, so it must mirror the key's last durable write (set it from
 	// an OnCommit hook) and must have no expiry.
 	Resident func(key []byte) []byte
+	// AcceptLoss opens a store that comes back with less than its mark
+	// says it held (ErrCorrupt otherwise), logging what was lost to
+	// Logger, and makes what it holds the new mark.
+	AcceptLoss bool
+	// Logger receives the engine's warnings; nil discards them.
+	Logger *slog.Logger
 	// BufferedLog writes the log without O_DIRECT (tests of the fallback).
 	BufferedLog bool
 	// BeforeLog and BeforeApply, if set, run on the syncer before it logs
@@ -65,6 +74,9 @@ type Engine struct {
 	ro   bool
 	opts Options
 	lock *os.File // idem's directory lock (lockDir); nil in memory
+	// mark is the high-water mark as last written (mark.go); the syncer
+	// owns it while the committer runs.
+	mark mark
 
 	// log is the log of a Durable engine, nil otherwise; it belongs to
 	// the syncer while the committer runs.
@@ -120,22 +132,46 @@ func Open(o Options) (*Engine, error) {
 
 func open(o Options, lock *os.File) (*Engine, error) {
 	bo := o.Badger
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	var m *mark
+	var pf preflight
+	if !bo.InMemory {
+		var err error
+		if m, err = readMark(bo.Dir); err != nil {
+			if !o.AcceptLoss || !errors.Is(err, ErrCorrupt) {
+				return nil, err
+			}
+			o.Logger.Warn("engine: accepting loss: " + err.Error())
+		}
+		if pf, err = checkBefore(bo.Dir, bo); err != nil {
+			return nil, err
+		}
+	}
 	if !bo.InMemory && !bo.ReadOnly {
 		if err := removeEmptyLogs(bo.Dir); err != nil {
 			return nil, err
 		}
 	}
-	db, err := badger.Open(bo)
+	db, err := openBadger(bo)
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	e.settleCond = sync.NewCond(&e.settleMu)
+	if !bo.InMemory {
+		if err := e.checkStored(m, pf); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+	}
 	if bo.ReadOnly {
 		close(e.committerDone)
 		if !bo.InMemory {
 			n, err := wal.Pending(filepath.Join(e.dir, LogName))
+			err = logErr(err)
 			if err == nil && n > 0 {
 				err = fmt.Errorf("%w: %d groups of writes", ErrUnapplied, n)
 			}
@@ -149,11 +185,76 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	if !bo.InMemory {
 		if err := e.openLog(o.Durable); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("log: %w", err)
+			return nil, logErr(err)
+		}
+	}
+	if !bo.InMemory {
+		// A mark from the start: a new store's log must not vanish either,
+		// and a loss accepted is not refused again.
+		if err := e.markDurable(); err != nil {
+			if e.log != nil {
+				_ = e.log.Close()
+			}
+			_ = db.Close()
+			return nil, err
 		}
 	}
 	go e.committer()
 	return e, nil
+}
+
+// logErr gives a damaged log this package's ErrCorrupt.
+func logErr(err error) error {
+	if errors.Is(err, wal.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if err != nil {
+		return fmt.Errorf("log: %w", err)
+	}
+	return nil
+}
+
+// openBadger opens Badger, turning a panic on this goroutine into an
+// error. checkBefore keeps what it knows panics on other goroutines out.
+func openBadger(bo badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: Badger failed opening %s: %v", ErrCorrupt, bo.Dir, r)
+		}
+	}()
+	return badger.Open(bo)
+}
+
+// checkStored checks, with Badger open, the tables checkBefore moved aside
+// and the mark; under AcceptLoss a loss is logged and accepted.
+func (e *Engine) checkStored(m *mark, pf preflight) error {
+	err := checkAfter(e.dir, e.db, pf, e.opts.AcceptLoss, e.opts.Logger)
+	if err == nil {
+		err = e.checkMark(m)
+	}
+	if err != nil && e.opts.AcceptLoss && errors.Is(err, ErrCorrupt) {
+		e.opts.Logger.Warn("engine: accepting loss: " + err.Error())
+		err = nil
+	}
+	if m != nil {
+		e.mark = *m
+		if id, n, _ := storedMark(e.db); id != nil {
+			e.mark.Store, e.mark.Checkpoint = fmt.Sprintf("%x", id), max(n, m.Checkpoint)
+		}
+	}
+	return err
+}
+
+// markDurable takes a checkpoint of the mark alone: Badger's files synced
+// with a new mark in them, then the mark file.
+func (e *Engine) markDurable() error {
+	if err := e.advanceMark(); err != nil {
+		return err
+	}
+	if err := syncBadgerFiles(e.db, e.dir); err != nil {
+		return err
+	}
+	return e.saveMark()
 }
 
 // Close stops the pipeline once the ops handed to it are answered,
@@ -179,8 +280,19 @@ func (e *Engine) close() error {
 			err = cerr
 		}
 	}
+	// Fast takes no checkpoints: the mark advances at Close, and is
+	// written once Badger's Close made everything durable.
+	fastMark := !e.ro && e.log == nil && !e.db.Opts().InMemory && e.brokenErr() == nil
+	if fastMark {
+		if merr := e.advanceMark(); err == nil {
+			err = merr
+		}
+	}
 	if cerr := e.db.Close(); err == nil {
 		err = cerr
+		if fastMark && err == nil {
+			err = e.saveMark()
+		}
 	}
 	if e.lock != nil {
 		e.lock.Close()
