@@ -66,8 +66,9 @@ type BadgerOptions struct {
 	// open fails with ErrCorrupt naming what is missing. With it the open
 	// logs the loss to Logger as a warning and goes on; the keys lost are
 	// not known to the store, so their effects may run again. Tables the
-	// MANIFEST lost are kept in idem.quarantine. An operator's flag, for
-	// one open after a loss was looked at; never set it by default.
+	// MANIFEST lost are kept in idem.quarantine. A damaged idem.wal is
+	// not accepted: remove it first. An operator's flag, for one open
+	// after a loss was looked at; never set it by default.
 	AcceptLoss bool
 	// Tune, if set, may change any Badger option last. Changing
 	// DetectConflicts breaks the contract. SyncWrites is off: under
