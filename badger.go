@@ -165,7 +165,12 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 		WithCompression(options.ZSTD).
 		WithZSTDCompressionLevel(1).
 		WithBlockSize(16 << 10).
-		WithBaseTableSize(1 << 20)
+		WithBaseTableSize(1 << 20).
+		// A block is checked when read from disk (not from the cache), so
+		// a damaged key is an error, not a record silently missing (whose
+		// effect would run again). Values need no check of Badger's: a
+		// record carries its own checksum (record format 2).
+		WithChecksumVerificationMode(options.OnBlockRead)
 	bo.TableSizeMultiplier = 1
 	if o.Tune != nil {
 		o.Tune(&bo)
@@ -397,7 +402,7 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 				rec, err = unmarshalRecord(v)
 				return err
 			}); err != nil {
-				return err
+				return damaged(err, it.Item().Key()[1:])
 			}
 			t, err := storedCounts(txn, it.Item().Key()[1:])
 			if err != nil {

@@ -95,26 +95,69 @@ func TestBadger_DamagedCopies(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyDir(t, src)
 			c.damage(t, dir)
-			s, err := idem.Open(dir, &idem.Options{SweepInterval: -1,
-				Clock: idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))}) // openStore's
-
-			if err != nil {
-				require.ErrorIs(t, err, idem.ErrCorrupt)
-				t.Logf("refused: %v", err)
-				return
-			}
-			defer s.Close()
-			for i := range n {
-				res, replayed, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, func(context.Context) (idem.Result, error) {
-					return idem.Result{}, fmt.Errorf("the effect of key %d ran again", i)
-				})
-				if err != nil {
-					require.ErrorIs(t, err, idem.ErrCorrupt, "key %d", i)
-					continue
-				}
-				require.True(t, replayed, "key %d", i)
-				require.Equal(t, faultBody(i), res.Body, "key %d replayed another body", i)
-			}
+			checkReplays(t, dir, n)
 		})
+	}
+}
+
+// TestBadger_BitFlips flips one bit at a time, at places spread over
+// every table and value log, each in a copy of a real store: an open
+// fails, a key is ErrCorrupt, or it replays its own body.
+func TestBadger_BitFlips(t *testing.T) {
+	const n, per = 300, 12
+	src := faultStore(t, n)
+	for _, pattern := range []string{"*.sst", "*.vlog"} {
+		files, err := filepath.Glob(filepath.Join(src, pattern))
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		for _, f := range files {
+			info, err := os.Stat(f)
+			require.NoError(t, err)
+			for j := range per {
+				off := info.Size() * int64(j) / per
+				t.Run(fmt.Sprintf("%s@%d", filepath.Base(f), off), func(t *testing.T) {
+					dir := copyDir(t, src)
+					path := filepath.Join(dir, filepath.Base(f))
+					raw, err := os.ReadFile(path)
+					require.NoError(t, err)
+					raw[off] ^= 1 << (j % 8)
+					require.NoError(t, os.WriteFile(path, raw, 0o600))
+					checkReplays(t, dir, n)
+				})
+			}
+		}
+	}
+}
+
+// checkReplays opens dir: the open fails (ErrCorrupt where idem's checks
+// find the damage; Badger's own errors, such as a value log whose header
+// is damaged, are ErrUnavailable), or every key of faultStore either
+// replays its own body or is ErrCorrupt naming it; no effect runs.
+func checkReplays(t *testing.T, dir string, n int) {
+	t.Helper()
+	s, err := idem.Open(dir, &idem.Options{SweepInterval: -1,
+		Clock: idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))}) // openStore's
+	if err != nil {
+		require.ErrorIs(t, err, idem.ErrUnavailable)
+		t.Logf("refused: %v", err)
+		return
+	}
+	defer s.Close()
+	damaged := 0
+	for i := range n {
+		res, replayed, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, func(context.Context) (idem.Result, error) {
+			return idem.Result{}, fmt.Errorf("the effect of key %d ran again", i)
+		})
+		if err != nil {
+			require.ErrorIs(t, err, idem.ErrCorrupt, "key %d", i)
+			require.ErrorContains(t, err, fmt.Sprintf("key %q", fmt.Sprint(i)), "the error names the key")
+			damaged++
+			continue
+		}
+		require.True(t, replayed, "key %d", i)
+		require.Equal(t, faultBody(i), res.Body, "key %d replayed another body", i)
+	}
+	if damaged > 0 {
+		t.Logf("%d keys damaged", damaged)
 	}
 }
