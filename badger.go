@@ -58,8 +58,14 @@ type BadgerOptions struct {
 	// ValueThreshold is the size above which a record is kept in the value
 	// log rather than the LSM tree; 0 means 16 KiB.
 	ValueThreshold int64
-	// Logger receives Badger's warnings and errors; nil discards them.
+	// Logger receives Badger's warnings and errors; nil sends them to
+	// slog.Default() (an operator must see a flush Badger keeps retrying).
 	Logger *slog.Logger
+	// CloseWait bounds how long Close waits for Badger to flush and close;
+	// 0 means 10 seconds. Past it, Close returns an error wrapping
+	// ErrUnavailable that says the directory lock is still held (the
+	// close goes on in the background; a new open fails until it ends).
+	CloseWait time.Duration
 	// AcceptLoss opens a store that came back with less than it held
 	// (a lost or truncated MANIFEST, a lost table, log or memtable log,
 	// tables the MANIFEST lost, a damaged idem.mark): without it such an
@@ -189,6 +195,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 		Resident:   b.resident,
 		AcceptLoss: o.AcceptLoss,
 		Logger:     o.Logger,
+		CloseWait:  o.CloseWait,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, fromEngine(err))
@@ -428,14 +435,17 @@ func (b *BadgerBackend) Close() error {
 type badgerLogger struct{ l *slog.Logger }
 
 func (g badgerLogger) Errorf(f string, a ...any) {
-	if g.l != nil {
-		g.l.Error("badger: " + fmt.Sprintf(f, a...))
-	}
+	g.logger().Error("badger: " + fmt.Sprintf(f, a...))
 }
 func (g badgerLogger) Warningf(f string, a ...any) {
+	g.logger().Warn("badger: " + fmt.Sprintf(f, a...))
+}
+
+func (g badgerLogger) logger() *slog.Logger {
 	if g.l != nil {
-		g.l.Warn("badger: " + fmt.Sprintf(f, a...))
+		return g.l
 	}
+	return slog.Default()
 }
 func (g badgerLogger) Infof(string, ...any)  {}
 func (g badgerLogger) Debugf(string, ...any) {}

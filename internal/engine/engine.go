@@ -17,6 +17,9 @@ import (
 // LogName is the name of idem's log in the Badger directory.
 const LogName = "idem.wal"
 
+// DefaultCloseWait is how long Close waits for Badger by default.
+const DefaultCloseWait = 10 * time.Second
+
 // LockName is the file in the directory idem locks (flock) before it
 // touches anything else there.
 const LockName = "idem.lock"
@@ -32,6 +35,9 @@ var (
 	// ErrNoWrite may be returned by an op to end without writing; Update
 	// then returns nil.
 	ErrNoWrite = errors.New("engine: no write")
+	// ErrCloseTimeout is returned by Close when closing did not finish
+	// within Options.CloseWait.
+	ErrCloseTimeout = errors.New("engine: close did not finish")
 	// ErrLocked is returned by Open when another process (or another
 	// open in this one) holds the directory.
 	ErrLocked = errors.New("engine: directory locked by another open store")
@@ -58,6 +64,8 @@ type Options struct {
 	// says it held (ErrCorrupt otherwise), logging what was lost to
 	// Logger, and makes what it holds the new mark.
 	AcceptLoss bool
+	// CloseWait bounds Close; 0 means DefaultCloseWait.
+	CloseWait time.Duration
 	// Logger receives the engine's warnings; nil discards them.
 	Logger *slog.Logger
 	// BufferedLog writes the log without O_DIRECT (tests of the fallback).
@@ -279,8 +287,26 @@ func (e *Engine) markDurable() error {
 
 // Close stops the pipeline once the ops handed to it are answered,
 // checkpoints (so that the log has nothing to replay) and closes Badger.
+// It returns within Options.CloseWait whatever the disk does (Badger
+// retries a failed memtable flush forever, on a read-only file system):
+// then with ErrCloseTimeout, the close going on in the background and the
+// directory still locked until it ends.
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() { e.closeErr = e.close() })
+	e.closeOnce.Do(func() {
+		done := make(chan error, 1)
+		go func() { done <- e.close() }()
+		wait := e.opts.CloseWait
+		if wait <= 0 {
+			wait = DefaultCloseWait
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case e.closeErr = <-done:
+		case <-t.C:
+			e.closeErr = fmt.Errorf("%w after %v: the directory lock is still held until it ends", ErrCloseTimeout, wait)
+		}
+	})
 	return e.closeErr
 }
 
