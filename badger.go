@@ -13,6 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/idemkit/idem/internal/engine"
+	"github.com/idemkit/idem/internal/wal"
 )
 
 // Durability says when a write counts as done.
@@ -61,6 +62,14 @@ type BadgerOptions struct {
 	// Logger receives Badger's warnings and errors; nil sends them to
 	// slog.Default() (an operator must see a flush Badger keeps retrying).
 	Logger *slog.Logger
+	// FreeSpaceReserve is the free space the store keeps on its file
+	// system: below it, new claims fail with ErrUnavailable (replays and
+	// the completion of claims already made go on), and a store does not
+	// open for writing. 0 sizes it from the other options (the memtables,
+	// sixteen tables for a compaction and idem's log: 36 MiB with the
+	// defaults); a negative value turns the guard off. Writes resume by
+	// themselves once space returns. docs/engine.md, "Free space".
+	FreeSpaceReserve int64
 	// CloseWait bounds how long Close waits for Badger to flush and close;
 	// 0 means 10 seconds. Past it, Close returns an error wrapping
 	// ErrUnavailable that says the directory lock is still held (the
@@ -189,8 +198,14 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 // recovery resolves them.
 func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}}
+	bo := badgerOptions(dir, o)
+	reserve := o.FreeSpaceReserve
+	if reserve == 0 {
+		reserve = int64(bo.NumMemtables)*bo.MemTableSize + 16*bo.BaseTableSize + wal.InitialSize
+	}
 	eng, err := engine.Open(engine.Options{
-		Badger:     badgerOptions(dir, o),
+		Badger:     bo,
+		Reserve:    max(reserve, 0),
 		Durable:    o.Durability == Durable,
 		Resident:   b.resident,
 		AcceptLoss: o.AcceptLoss,

@@ -3,6 +3,8 @@
 package idem_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,4 +113,99 @@ func faultFSChild(t *testing.T, dir string) {
 	_, err = idem.Open(dir, nil)
 	require.Error(t, err, "the directory is on a read-only file system, and still locked")
 	fmt.Printf("reopen: %v\n", err)
+}
+
+// fullEnv, set in a child process, names the store directory on a small
+// tmpfs the child fills until the store refuses claims.
+const fullEnv = "IDEM_FULL_DIR"
+
+// fullBody is the body of key i in TestBadger_FullDisk: 64 KiB, in the
+// value log.
+func fullBody(i int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("%08d", i)), 8<<10) }
+
+// TestBadger_FullDisk fills a small tmpfs from a child process until the
+// store refuses new claims: the child ends normally (no SIGBUS), having
+// been told ErrUnavailable; a store does not open on the full file
+// system; once space returns, every acknowledged key replays and new
+// claims go through.
+func TestBadger_FullDisk(t *testing.T) {
+	if dir := os.Getenv(fullEnv); dir != "" {
+		fullChild(t, dir)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	base := t.TempDir()
+	mnt := filepath.Join(base, "mnt")
+	require.NoError(t, os.Mkdir(mnt, 0o700))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+	dir := filepath.Join(mnt, "store")
+
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBadger_FullDisk$", "-test.v")
+	cmd.Env = append(os.Environ(), fullEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the child must end normally:\n%s", out)
+	var acked int
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(line, "acknowledged %d", &acked); err == nil {
+			break
+		}
+	}
+	require.Positive(t, acked, "the child:\n%s", out)
+	t.Logf("the child acknowledged %d keys before the store refused claims", acked)
+
+	// Fill what the reserve kept: opening for writing must be refused.
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.Create(filler)
+	require.NoError(t, err)
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	require.NoError(t, f.Close())
+	_, err = idem.Open(dir, nil)
+	require.ErrorIs(t, err, idem.ErrUnavailable, "opening on a full file system")
+	require.ErrorContains(t, err, "free space")
+	t.Logf("open while full: %v", err)
+
+	// Space returns: every acknowledged key replays, and claims resume.
+	require.NoError(t, os.Remove(filler))
+	s := openStore(t, dir, nil)
+	for i := range acked {
+		res, replayed, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, func(context.Context) (idem.Result, error) {
+			return idem.Result{}, fmt.Errorf("the effect of key %d ran again", i)
+		})
+		require.NoError(t, err, "key %d", i)
+		require.True(t, replayed)
+		require.Equal(t, fullBody(i), res.Body, "key %d", i)
+	}
+	_, replayed, err := s.Do(bg, idem.Request{Key: "new"}, ok("x"))
+	require.NoError(t, err)
+	require.False(t, replayed)
+}
+
+func fullChild(t *testing.T, dir string) {
+	s := openStore(t, dir, nil)
+	n := 0
+	for ; ; n++ {
+		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(n)}, ok(string(fullBody(n))))
+		if err != nil {
+			require.ErrorIs(t, err, idem.ErrUnavailable)
+			require.ErrorContains(t, err, "free space")
+			fmt.Printf("refused: %v\n", err)
+			break
+		}
+	}
+	// Replays go on while claims are refused.
+	res, _, err := s.Do(bg, idem.Request{Key: "0"}, ok("never"))
+	require.NoError(t, err)
+	require.Equal(t, fullBody(0), res.Body)
+	require.NoError(t, s.Close())
+	fmt.Printf("acknowledged %d\n", n)
 }

@@ -115,6 +115,11 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 	} else if rec != nil && (rec.State == StateInProgress || (rec.State == StateDone && !rec.Expired(args.Now))) {
 		return rec.Clone(), false, nil
 	}
+	// New claims stop while free space is below the reserve; the answers
+	// above, and completions of claims already made, go on.
+	if err := b.eng.LowSpace(); err != nil {
+		return nil, false, fmt.Errorf("%w: claim refused: %w", ErrUnavailable, err)
+	}
 	var out *Record
 	var claimed bool
 	err := b.update(func(t *engine.Txn) error {

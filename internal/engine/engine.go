@@ -64,6 +64,10 @@ type Options struct {
 	// says it held (ErrCorrupt otherwise), logging what was lost to
 	// Logger, and makes what it holds the new mark.
 	AcceptLoss bool
+	// Reserve is the free space (bytes) the file system must keep: Open
+	// refuses to open a store for writing with less, and LowSpace reports
+	// it. 0 turns the guard off.
+	Reserve int64
 	// CloseWait bounds Close; 0 means DefaultCloseWait.
 	CloseWait time.Duration
 	// Logger receives the engine's warnings; nil discards them.
@@ -85,6 +89,8 @@ type Engine struct {
 	// mark is the high-water mark as last written (mark.go); the syncer
 	// owns it while the committer runs.
 	mark mark
+	// space watches the free space (LowSpace).
+	space spaceGuard
 
 	// log is the log of a Durable engine, nil otherwise; it belongs to
 	// the syncer while the committer runs.
@@ -158,6 +164,13 @@ func open(o Options, lock *os.File) (*Engine, error) {
 		}
 	}
 	if !bo.InMemory && !bo.ReadOnly {
+		// Badger writes through memory-mapped files from its first
+		// moment: on a full file system that is SIGBUS, not an error.
+		if free, ok := freeSpace(bo.Dir); ok {
+			if err := lowSpaceErr(free, o.Reserve); err != nil {
+				return nil, fmt.Errorf("cannot open for writing: %w", err)
+			}
+		}
 		if err := removeEmptyLogs(bo.Dir); err != nil {
 			return nil, err
 		}
@@ -169,6 +182,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	e.settleCond = sync.NewCond(&e.settleMu)
+	e.space.reserve = o.Reserve
 	if !bo.InMemory {
 		if err := e.checkStored(m, pf); err != nil {
 			_ = db.Close()
