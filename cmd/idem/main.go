@@ -3,6 +3,7 @@
 //
 //	idem demo [-seed N] [-agents N] [-dir DIR]
 //	idem inspect|ls|stats|sweep|export -dir DIR [flags]
+//	idem verify [-json] DIR
 package main
 
 import (
@@ -34,6 +35,7 @@ func commands() []command {
 		{name: "stats", summary: "count a store's records by state, with its age and size", run: statsCommand},
 		{name: "sweep", summary: "run recovery and reclamation on a store now, reporting each decision", run: sweepCommand},
 		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
+		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
 	}
 }
 

@@ -287,6 +287,24 @@ func verifyTables(db *badger.DB) (err error) {
 	return nil
 }
 
+// VerifyTables checks every block of every table against its checksum.
+func (e *Engine) VerifyTables() error {
+	if e.db.Opts().InMemory {
+		return nil
+	}
+	return verifyTables(e.db)
+}
+
+// VerifyLog reads the log as an open would and reports damage; a store
+// without one (Fast, in memory) has none to check.
+func (e *Engine) VerifyLog() error {
+	if e.db.Opts().InMemory {
+		return nil
+	}
+	_, err := wal.Pending(filepath.Join(e.dir, LogName))
+	return logErr(err)
+}
+
 // markDurable takes a checkpoint of the mark alone: Badger's files synced
 // with a new mark in them, then the mark file.
 func (e *Engine) markDurable() error {
