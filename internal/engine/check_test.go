@@ -116,3 +116,22 @@ func tables(t *testing.T, dir string) []string {
 	require.NotEmpty(t, sst, "no table was written")
 	return sst
 }
+
+// TestOpen_DamagedBlock flips a bit in a table's first block: the open
+// refuses it (Badger alone would take the block for absent keys), unless
+// the check is skipped.
+func TestOpen_DamagedBlock(t *testing.T) {
+	dir := filled(t)
+	sst := tables(t, dir)
+	raw, err := os.ReadFile(sst[0])
+	require.NoError(t, err)
+	raw[40] ^= 1
+	require.NoError(t, os.WriteFile(sst[0], raw, 0o600))
+	require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt)
+
+	e, err := Open(Options{Durable: true, SkipTableVerify: true,
+		Badger: badger.DefaultOptions(dir).WithLogger(nil).WithMemTableSize(4 << 20).WithValueThreshold(16 << 10)})
+	require.NoError(t, err, "with the check skipped")
+	require.ErrorIs(t, e.VerifyTables(), ErrCorrupt, "Verify still finds it")
+	require.NoError(t, e.Close())
+}

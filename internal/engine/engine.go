@@ -68,6 +68,9 @@ type Options struct {
 	// refuses to open a store for writing with less, and LowSpace reports
 	// it. 0 turns the guard off.
 	Reserve int64
+	// SkipTableVerify skips reading every table block at open
+	// (verifyTables), which costs a decompression of the whole LSM tree.
+	SkipTableVerify bool
 	// CloseWait bounds Close; 0 means DefaultCloseWait.
 	CloseWait time.Duration
 	// Logger receives the engine's warnings; nil discards them.
@@ -254,7 +257,7 @@ func (e *Engine) checkStored(m *mark, pf preflight) error {
 	if err == nil {
 		err = e.checkMark(m)
 	}
-	if err == nil {
+	if err == nil && !e.opts.SkipTableVerify {
 		err = verifyTables(e.db)
 	}
 	if err != nil && e.opts.AcceptLoss && errors.Is(err, ErrCorrupt) {
