@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"github.com/idemkit/idem/internal/engine"
+	"github.com/idemkit/idem/internal/wal"
 )
 
 // Durability says when a write counts as done.
@@ -65,8 +67,41 @@ type BadgerOptions struct {
 	// ValueThreshold is the size above which a record is kept in the value
 	// log rather than the LSM tree; 0 means 16 KiB.
 	ValueThreshold int64
-	// Logger receives Badger's warnings and errors; nil discards them.
+	// Logger receives Badger's warnings and errors; nil sends them to
+	// slog.Default() (an operator must see a flush Badger keeps retrying).
 	Logger *slog.Logger
+	// FreeSpaceReserve is the free space the store keeps on its file
+	// system: below it, new claims fail with ErrUnavailable (replays and
+	// the completion of claims already made go on), and a store does not
+	// open for writing. 0 sizes it from the other options (the memtables,
+	// sixteen tables for a compaction and idem's log: 36 MiB with the
+	// defaults); a negative value turns the guard off. Writes resume by
+	// themselves once space returns. docs/engine.md, "Free space".
+	FreeSpaceReserve int64
+	// SkipTableVerify skips the check of every table block that Open
+	// makes. Badger takes a table block that fails its checksum during a
+	// lookup for an absent key, so without the check a damaged block can
+	// make the store forget the records in it (and run their effects
+	// again) until Verify finds it. The check reads and decompresses the
+	// whole LSM tree: about 0.2-0.4 s for 6 MiB of tables on a loaded
+	// 2-core machine (docs/engine.md); set this for large stores whose
+	// operator runs Verify instead.
+	SkipTableVerify bool
+	// CloseWait bounds how long Close waits for Badger to flush and close;
+	// 0 means 10 seconds. Past it, Close returns an error wrapping
+	// ErrUnavailable that says the directory lock is still held (the
+	// close goes on in the background; a new open fails until it ends).
+	CloseWait time.Duration
+	// AcceptLoss opens a store that came back with less than it held
+	// (a lost or truncated MANIFEST, a lost table, log or memtable log,
+	// tables the MANIFEST lost, a damaged idem.mark): without it such an
+	// open fails with ErrCorrupt naming what is missing. With it the open
+	// logs the loss to Logger as a warning and goes on; the keys lost are
+	// not known to the store, so their effects may run again. Tables the
+	// MANIFEST lost are kept in idem.quarantine. A damaged idem.wal is
+	// not accepted: remove it first. An operator's flag, for one open
+	// after a loss was looked at; never set it by default.
+	AcceptLoss bool
 	// Tune, if set, may change any Badger option last. Changing
 	// DetectConflicts breaks the contract. SyncWrites is off: under
 	// Durable, the backend syncs a log of its own before each commit.
@@ -143,7 +178,12 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 		WithValueLogFileSize(64 << 20).
 		WithMetricsEnabled(false).
 		WithDetectConflicts(true).
-		WithLogger(badgerLogger{o.Logger})
+		WithLogger(badgerLogger{o.Logger}).
+		// A block is checked when read from disk (not from the cache), so
+		// a damaged key is an error, not a record silently missing (whose
+		// effect would run again). Values need no check of Badger's: a
+		// record carries its own checksum (record format 2).
+		WithChecksumVerificationMode(options.OnBlockRead)
 	if o.MemTableSize > 0 {
 		bo.MemTableSize = o.MemTableSize
 	}
@@ -167,14 +207,27 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}}
 	private := !o.InMemory && !o.ReadOnly
 	if private {
+		// Only the directory itself before the lock is taken (engine.Open);
+		// the files in it are made private once it is held.
 		if err := makePrivate(dir); err != nil {
 			return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, err)
 		}
 	}
+	bo := badgerOptions(dir, o)
+	reserve := o.FreeSpaceReserve
+	if reserve == 0 {
+		reserve = int64(bo.NumMemtables)*bo.MemTableSize + 16*bo.BaseTableSize + wal.InitialSize
+	}
 	eng, err := engine.Open(engine.Options{
-		Badger:   badgerOptions(dir, o),
-		Durable:  o.Durability == Durable,
-		Resident: b.resident,
+		Badger:     bo,
+		Reserve:    max(reserve, 0),
+		Durable:    o.Durability == Durable,
+		Resident:   b.resident,
+		AcceptLoss: o.AcceptLoss,
+		Logger:     o.Logger,
+		CloseWait:  o.CloseWait,
+
+		SkipTableVerify: o.SkipTableVerify,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open badger at %q: %w", ErrUnavailable, dir, fromEngine(err))
@@ -395,7 +448,7 @@ func (b *BadgerBackend) Scan(ctx context.Context, fn func(*Record) bool) error {
 				rec, err = unmarshalRecord(v)
 				return err
 			}); err != nil {
-				return err
+				return damaged(err, it.Item().Key()[1:])
 			}
 			t, err := storedCounts(txn, it.Item().Key()[1:])
 			if err != nil {
@@ -421,14 +474,17 @@ func (b *BadgerBackend) Close() error {
 type badgerLogger struct{ l *slog.Logger }
 
 func (g badgerLogger) Errorf(f string, a ...any) {
-	if g.l != nil {
-		g.l.Error("badger: " + fmt.Sprintf(f, a...))
-	}
+	g.logger().Error("badger: " + fmt.Sprintf(f, a...))
 }
 func (g badgerLogger) Warningf(f string, a ...any) {
+	g.logger().Warn("badger: " + fmt.Sprintf(f, a...))
+}
+
+func (g badgerLogger) logger() *slog.Logger {
 	if g.l != nil {
-		g.l.Warn("badger: " + fmt.Sprintf(f, a...))
+		return g.l
 	}
+	return slog.Default()
 }
 func (g badgerLogger) Infof(string, ...any)  {}
 func (g badgerLogger) Debugf(string, ...any) {}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/y"
 	"github.com/idemkit/idem/internal/engine"
 )
 
@@ -28,7 +30,25 @@ func (b *BadgerBackend) readRecord(t *engine.Txn, id []byte) (*Record, uint64, e
 		exp = expiresAt
 		return err
 	})
-	return rec, exp, err
+	return rec, exp, damaged(err, id)
+}
+
+// damaged names the record of id in err if err is damage: a record that
+// fails its checksum, or a Badger block or value that fails its own.
+// Such a record is never replayed and its effect never run again: the
+// caller gets ErrCorrupt until an operator settles the key.
+func damaged(err error, id []byte) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, y.ErrChecksumMismatch) && !errors.Is(err, ErrCorrupt) {
+		err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	scope, key := splitRecordID(id)
+	return fmt.Errorf("%w (the record of scope %q, key %q)", err, scope, key)
 }
 
 // resident is the engine's Options.Resident: an open claim's record, as
@@ -94,6 +114,11 @@ func (b *BadgerBackend) Claim(ctx context.Context, scope, key string, args Claim
 		return nil, false, unavailable("claim", err)
 	} else if rec != nil && (rec.State == StateInProgress || (rec.State == StateDone && !rec.Expired(args.Now))) {
 		return rec.Clone(), false, nil
+	}
+	// New claims stop while free space is below the reserve; the answers
+	// above, and completions of claims already made, go on.
+	if err := b.eng.LowSpace(); err != nil {
+		return nil, false, fmt.Errorf("%w: claim refused: %w", ErrUnavailable, err)
 	}
 	var out *Record
 	var claimed bool

@@ -14,11 +14,12 @@ const (
 )
 
 // makePrivate makes dir (created if missing) 0700, whatever the umask or
-// the mode it was created with, and every file in it 0600. Badger has no
-// option for the mode of the files it creates (its tables, value logs and
-// memtables are created 0666 less the umask); a 0700 directory keeps other
-// users from them whatever their mode, and the files found here are made
-// 0600 at every Open.
+// the mode it was created with; it touches nothing inside dir, which is
+// not locked yet (privateFiles does, once it is). Badger has no option for
+// the mode of the files it creates (its tables, value logs and memtables
+// are created 0666 less the umask); a 0700 directory keeps other users
+// from them whatever their mode, and the files found here are made 0600 at
+// every Open.
 func makePrivate(dir string) error {
 	if err := os.MkdirAll(dir, privateDirMode); err != nil {
 		return err
@@ -26,7 +27,7 @@ func makePrivate(dir string) error {
 	if err := os.Chmod(dir, privateDirMode); err != nil {
 		return fmt.Errorf("make the store directory private (0700): %w", err)
 	}
-	return privateFiles(dir)
+	return nil
 }
 
 // privateFiles makes every regular file in dir 0600.

@@ -3,6 +3,7 @@
 //
 //	idem demo [-seed N] [-agents N] [-dir DIR]
 //	idem inspect|ls|stats|sweep|export|resolve -dir DIR [flags]
+//	idem verify [-json] DIR
 package main
 
 import (
@@ -35,6 +36,7 @@ func commands() []command {
 		{name: "sweep", summary: "run recovery and reclamation on a store now, reporting each decision", run: sweepCommand},
 		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
 		{name: "resolve", summary: "settle a stale claim by an operator's verdict: committed with a result, or not", run: resolveCommand},
+		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
 	}
 }
 

@@ -244,8 +244,11 @@ func TestUnmarshal_Refuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
+		return seal(b)
 	}
+	sealed := enc(Format, stateInProgress, nil)
+	flipped := bytes.Clone(sealed)
+	flipped[len(flipped)/2] ^= 0x10
 	for name, c := range map[string]struct {
 		in     []byte
 		reason string
@@ -255,7 +258,9 @@ func TestUnmarshal_Refuses(t *testing.T) {
 		"truncated":           {golden[:len(golden)/2], "undecodable record"},
 		"not a map":           {[]byte{0x93, 0x01, 0x02, 0x03}, "undecodable record"},
 		"format 0":            {enc(0, stateInProgress, nil), "unknown format version 0"},
-		"newer format":        {enc(Format+1, stateInProgress, nil), "unknown format version 2"},
+		"newer format":        {enc(Format+1, stateInProgress, nil), fmt.Sprintf("unknown format version %d", Format+1)},
+		"unsealed":            {sealed[:len(sealed)-4], "checksum mismatch"},
+		"a bit flipped":       {flipped, "checksum mismatch"},
 		"state 0":             {enc(Format, 0, nil), "unknown state 0"},
 		"state 4":             {enc(Format, 4, &Result{}), "unknown state 4"},
 		"done without result": {enc(Format, stateDone, nil), "done record without a result"},
@@ -307,6 +312,25 @@ func TestMsgpackLayouts_MatchStructTags(t *testing.T) {
 		}
 		if !slices.Equal(c.layout, want) {
 			t.Errorf("layout of %s is\n%v\nits struct tags give\n%v", c.typ, c.layout, want)
+		}
+	}
+}
+
+// TestUnmarshal_EveryBitFlipIsRefused flips each bit of a record in turn:
+// the checksum refuses every one, so no damaged record reads as another.
+func TestUnmarshal_EveryBitFlipIsRefused(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	enc := Marshal(&Record{Format: Format, Scope: "s", Key: "k", State: stateDone, Fingerprint: "fp", Token: 7,
+		LeaseEnds: at, ExpiresAt: at, Result: &Result{Status: 200, Body: []byte("the body"), Header: map[string][]string{"A": {"b"}}},
+		FirstSeen: at, ClaimedAt: at, DoneAt: at, Claims: 1, Attempts: []Attempt{{Token: 7, ClaimedAt: at, Outcome: "done"}}})
+	if _, err := Unmarshal(enc); err != nil {
+		t.Fatal(err)
+	}
+	for i := range len(enc) * 8 {
+		b := bytes.Clone(enc)
+		b[i/8] ^= 1 << (i % 8)
+		if r, err := Unmarshal(b); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("bit %d flipped: Unmarshal = %+v, %v, want ErrCorrupt", i, r, err)
 		}
 	}
 }

@@ -1,7 +1,9 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"time"
 	"unsafe"
 )
@@ -22,10 +24,17 @@ func Unmarshal(b []byte) (rec *Record, err error) {
 			rec, err = nil, &CorruptError{Reason: fmt.Sprintf("undecodable record: %v", v)}
 		}
 	}()
-	r, ok := decodeFast(b)
-	if !ok {
-		if r, err = decodeMsgpack(b); err != nil {
+	// A record of format 2 or later ends with the checksum of its map. One
+	// whose checksum fails is read whole, as format 1 (which had none):
+	// it must then say format 1, which no flipped bit of the version 2
+	// makes it say.
+	r, err := decode(b[:max(0, len(b)-sumLen)])
+	if !sealed(b) || err != nil || r.Format < 2 {
+		if r, err = decode(b); err != nil {
 			return nil, err
+		}
+		if r.Format >= 2 {
+			return nil, &CorruptError{Reason: "checksum mismatch"}
 		}
 	}
 	switch {
@@ -37,6 +46,20 @@ func Unmarshal(b []byte) (rec *Record, err error) {
 		return nil, &CorruptError{Reason: "done record without a result"}
 	}
 	return r, nil
+}
+
+// sealed reports whether b ends with the checksum of what precedes it.
+func sealed(b []byte) bool {
+	n := len(b) - sumLen
+	return n > 0 && crc32.Checksum(b[:n], castagnoli) == binary.BigEndian.Uint32(b[n:])
+}
+
+// decode decodes one map, by the fast path or else by msgpack.
+func decode(b []byte) (*Record, error) {
+	if r, ok := decodeFast(b); ok {
+		return r, nil
+	}
+	return decodeMsgpack(b)
 }
 
 // decoder is the fast path. It reads the record in one pass, its strings

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"math"
 	"slices"
 	"time"
@@ -49,7 +50,7 @@ func b2i(b bool) int {
 // Size is the exact length of r's encoding. It follows Append field by
 // field; a test checks that the two agree.
 func Size(r *Record) int {
-	n := lenSize(recordFields(r)) +
+	n := sumLen + lenSize(recordFields(r)) +
 		2 + 2 + // v
 		3 + strSize(len(r.Scope)) +
 		2 + strSize(len(r.Key)) +
@@ -149,8 +150,21 @@ func Size(r *Record) int {
 	return n
 }
 
-// Append appends r's encoding to b, with Format as its format.
+// sumLen is the length of the checksum after the map.
+const sumLen = 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Append appends r's encoding to b, with Format as its format: the map,
+// then its checksum.
 func Append(b []byte, r *Record) []byte {
+	start := len(b)
+	b = appendMap(b, r)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// appendMap appends r's map, with Format as its format.
+func appendMap(b []byte, r *Record) []byte {
 	b = appendMapLen(b, recordFields(r))
 	b = append(b, "\xa1v"...)
 	b = append(b, mpUint8, Format)

@@ -6,8 +6,9 @@ import (
 )
 
 // Format is the version of the encoding that Append writes. Unmarshal reads
-// every version from 1 up to it.
-const Format = 1
+// every version from 1 up to it. Format 2 is format 1's map followed by
+// the CRC-32C of the map (4 bytes, big-endian), checked on every read.
+const Format = 2
 
 // The states a stored record can be in; Unmarshal refuses any other.
 const (

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,13 @@ import (
 // LogName is the name of idem's log in the Badger directory.
 const LogName = "idem.wal"
 
+// DefaultCloseWait is how long Close waits for Badger by default.
+const DefaultCloseWait = 10 * time.Second
+
+// LockName is the file in the directory idem locks (flock) before it
+// touches anything else there.
+const LockName = "idem.lock"
+
 var (
 	// ErrClosed is returned by Update once Close has begun.
 	ErrClosed = errors.New("engine: closed")
@@ -26,8 +35,16 @@ var (
 	// ErrNoWrite may be returned by an op to end without writing; Update
 	// then returns nil.
 	ErrNoWrite = errors.New("engine: no write")
-	// ErrCorrupt is returned by Open when the log is damaged.
-	ErrCorrupt = wal.ErrCorrupt
+	// ErrCloseTimeout is returned by Close when closing did not finish
+	// within Options.CloseWait.
+	ErrCloseTimeout = errors.New("engine: close did not finish")
+	// ErrLocked is returned by Open when another process (or another
+	// open in this one) holds the directory.
+	ErrLocked = errors.New("engine: directory locked by another open store")
+	// ErrCorrupt is returned by Open when the directory holds less than
+	// it held or damaged files (the log, the mark, Badger's tables or
+	// MANIFEST); the message names what.
+	ErrCorrupt = errors.New("engine: damaged store")
 )
 
 // Options configure Open.
@@ -43,6 +60,21 @@ type Options struct {
 	// Badger, so it must mirror the key's last durable write (set it from
 	// an OnCommit hook) and must have no expiry.
 	Resident func(key []byte) []byte
+	// AcceptLoss opens a store that comes back with less than its mark
+	// says it held (ErrCorrupt otherwise), logging what was lost to
+	// Logger, and makes what it holds the new mark.
+	AcceptLoss bool
+	// Reserve is the free space (bytes) the file system must keep: Open
+	// refuses to open a store for writing with less, and LowSpace reports
+	// it. 0 turns the guard off.
+	Reserve int64
+	// SkipTableVerify skips reading every table block at open
+	// (verifyTables), which costs a decompression of the whole LSM tree.
+	SkipTableVerify bool
+	// CloseWait bounds Close; 0 means DefaultCloseWait.
+	CloseWait time.Duration
+	// Logger receives the engine's warnings; nil discards them.
+	Logger *slog.Logger
 	// BufferedLog writes the log without O_DIRECT (tests of the fallback).
 	BufferedLog bool
 	// BeforeLog and BeforeApply, if set, run on the syncer before it logs
@@ -56,6 +88,12 @@ type Engine struct {
 	dir  string
 	ro   bool
 	opts Options
+	lock *os.File // idem's directory lock (lockDir); nil in memory
+	// mark is the high-water mark as last written (mark.go); the syncer
+	// owns it while the committer runs.
+	mark mark
+	// space watches the free space (LowSpace).
+	space spaceGuard
 
 	// log is the log of a Durable engine, nil otherwise; it belongs to
 	// the syncer while the committer runs.
@@ -95,22 +133,70 @@ type Engine struct {
 // and starts the pipeline (unless read-only).
 func Open(o Options) (*Engine, error) {
 	bo := o.Badger
+	var lock *os.File
+	if !bo.InMemory {
+		var err error
+		if lock, err = lockDir(bo.Dir, bo.ReadOnly); err != nil {
+			return nil, err
+		}
+	}
+	e, err := open(o, lock)
+	if err != nil && lock != nil {
+		lock.Close()
+	}
+	return e, err
+}
+
+func open(o Options, lock *os.File) (*Engine, error) {
+	bo := o.Badger
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	var m *mark
+	var pf preflight
+	if !bo.InMemory {
+		var err error
+		if m, err = readMark(bo.Dir); err != nil {
+			if !o.AcceptLoss || !errors.Is(err, ErrCorrupt) {
+				return nil, err
+			}
+			o.Logger.Warn("engine: accepting loss: " + err.Error())
+		}
+		if pf, err = checkBefore(bo.Dir, bo); err != nil {
+			return nil, err
+		}
+	}
 	if !bo.InMemory && !bo.ReadOnly {
+		// Badger writes through memory-mapped files from its first
+		// moment: on a full file system that is SIGBUS, not an error.
+		if free, ok := freeSpace(bo.Dir); ok {
+			if err := lowSpaceErr(free, o.Reserve); err != nil {
+				return nil, fmt.Errorf("cannot open for writing: %w", err)
+			}
+		}
 		if err := removeEmptyLogs(bo.Dir); err != nil {
 			return nil, err
 		}
 	}
-	db, err := badger.Open(bo)
+	db, err := openBadger(bo)
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o,
+	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	e.settleCond = sync.NewCond(&e.settleMu)
+	e.space.reserve = o.Reserve
+	if !bo.InMemory {
+		if err := e.checkStored(m, pf); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+	}
 	if bo.ReadOnly {
 		close(e.committerDone)
 		if !bo.InMemory {
 			n, err := wal.Pending(filepath.Join(e.dir, LogName))
+			err = logErr(err)
 			if err == nil && n > 0 {
 				err = fmt.Errorf("%w: %d groups of writes", ErrUnapplied, n)
 			}
@@ -124,17 +210,138 @@ func Open(o Options) (*Engine, error) {
 	if !bo.InMemory {
 		if err := e.openLog(o.Durable); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("log: %w", err)
+			return nil, logErr(err)
+		}
+	}
+	if !bo.InMemory {
+		// A mark from the start: a new store's log must not vanish either,
+		// and a loss accepted is not refused again.
+		if err := e.markDurable(); err != nil {
+			if e.log != nil {
+				_ = e.log.Close()
+			}
+			_ = db.Close()
+			return nil, err
 		}
 	}
 	go e.committer()
 	return e, nil
 }
 
+// logErr gives a damaged log this package's ErrCorrupt.
+func logErr(err error) error {
+	if errors.Is(err, wal.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if err != nil {
+		return fmt.Errorf("log: %w", err)
+	}
+	return nil
+}
+
+// openBadger opens Badger, turning a panic on this goroutine into an
+// error. checkBefore keeps what it knows panics on other goroutines out.
+func openBadger(bo badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: Badger failed opening %s: %v", ErrCorrupt, bo.Dir, r)
+		}
+	}()
+	return badger.Open(bo)
+}
+
+// checkStored checks, with Badger open, the tables checkBefore moved aside
+// and the mark; under AcceptLoss a loss is logged and accepted.
+func (e *Engine) checkStored(m *mark, pf preflight) error {
+	err := checkAfter(e.dir, e.db, pf, e.opts.AcceptLoss, e.opts.Logger)
+	if err == nil {
+		err = e.checkMark(m)
+	}
+	if err == nil && !e.opts.SkipTableVerify {
+		err = verifyTables(e.db)
+	}
+	if err != nil && e.opts.AcceptLoss && errors.Is(err, ErrCorrupt) {
+		e.opts.Logger.Warn("engine: accepting loss: " + err.Error())
+		err = nil
+	}
+	if m != nil {
+		e.mark = *m
+		if id, n, _ := storedMark(e.db); id != nil {
+			e.mark.Store, e.mark.Checkpoint = fmt.Sprintf("%x", id), max(n, m.Checkpoint)
+		}
+	}
+	return err
+}
+
+// verifyTables checks every block of every table against its checksum.
+// Badger takes a block that fails its checksum during a lookup for a key
+// that is absent, so a damaged block would silently forget the records
+// in it (and their effects would run again): the open refuses instead.
+// It reads every table once (docs/engine.md, "Opening under faults").
+func verifyTables(db *badger.DB) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: verifying tables: %v", ErrCorrupt, r)
+		}
+	}()
+	if err := db.VerifyChecksum(); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// VerifyTables checks every block of every table against its checksum.
+func (e *Engine) VerifyTables() error {
+	if e.db.Opts().InMemory {
+		return nil
+	}
+	return verifyTables(e.db)
+}
+
+// VerifyLog reads the log as an open would and reports damage; a store
+// without one (Fast, in memory) has none to check.
+func (e *Engine) VerifyLog() error {
+	if e.db.Opts().InMemory {
+		return nil
+	}
+	_, err := wal.Pending(filepath.Join(e.dir, LogName))
+	return logErr(err)
+}
+
+// markDurable takes a checkpoint of the mark alone: Badger's files synced
+// with a new mark in them, then the mark file.
+func (e *Engine) markDurable() error {
+	if err := e.advanceMark(); err != nil {
+		return err
+	}
+	if err := syncBadgerFiles(e.db, e.dir); err != nil {
+		return err
+	}
+	return e.saveMark()
+}
+
 // Close stops the pipeline once the ops handed to it are answered,
 // checkpoints (so that the log has nothing to replay) and closes Badger.
+// It returns within Options.CloseWait whatever the disk does (Badger
+// retries a failed memtable flush forever, on a read-only file system):
+// then with ErrCloseTimeout, the close going on in the background and the
+// directory still locked until it ends.
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() { e.closeErr = e.close() })
+	e.closeOnce.Do(func() {
+		done := make(chan error, 1)
+		go func() { done <- e.close() }()
+		wait := e.opts.CloseWait
+		if wait <= 0 {
+			wait = DefaultCloseWait
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case e.closeErr = <-done:
+		case <-t.C:
+			e.closeErr = fmt.Errorf("%w after %v: the directory lock is still held until it ends", ErrCloseTimeout, wait)
+		}
+	})
 	return e.closeErr
 }
 
@@ -154,8 +361,22 @@ func (e *Engine) close() error {
 			err = cerr
 		}
 	}
+	// Fast takes no checkpoints: the mark advances at Close, and is
+	// written once Badger's Close made everything durable.
+	fastMark := !e.ro && e.log == nil && !e.db.Opts().InMemory && e.brokenErr() == nil
+	if fastMark {
+		if merr := e.advanceMark(); err == nil {
+			err = merr
+		}
+	}
 	if cerr := e.db.Close(); err == nil {
 		err = cerr
+		if fastMark && err == nil {
+			err = e.saveMark()
+		}
+	}
+	if e.lock != nil {
+		e.lock.Close()
 	}
 	return err
 }

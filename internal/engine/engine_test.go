@@ -326,3 +326,33 @@ func TestUpdate_AfterCloseOrReadOnly(t *testing.T) {
 	ro := openEngine(t, dir, Options{Badger: badger.Options{ReadOnly: true}})
 	require.ErrorIs(t, ro.Update(func(*Txn) error { return nil }), ErrReadOnly)
 }
+
+// TestOpen_LockComesFirst opens a directory a live engine holds: the
+// second open fails with ErrLocked and touches nothing, not even a
+// zero-byte log file the live engine may have just created.
+func TestOpen_LockComesFirst(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir, Options{Durable: true})
+	put(t, e, "k", "v")
+	empty := filepath.Join(dir, "000099.vlog")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+
+	for _, ro := range []bool{false, true} {
+		o := Options{Durable: true, Badger: badger.DefaultOptions(dir).WithLogger(nil).WithReadOnly(ro)}
+		_, err := Open(o)
+		require.ErrorIs(t, err, ErrLocked, "read-only %v", ro)
+		_, err = os.Stat(empty)
+		require.NoError(t, err, "the refused open deleted a file of the live one")
+	}
+	v, ok := read(t, e, "k")
+	require.True(t, ok)
+	require.Equal(t, "v", v)
+
+	// Once the first is closed, the lock is free again.
+	require.NoError(t, os.Remove(empty))
+	require.NoError(t, e.Close())
+	e2 := openEngine(t, dir, Options{Durable: true})
+	v, ok = read(t, e2, "k")
+	require.True(t, ok)
+	require.Equal(t, "v", v)
+}

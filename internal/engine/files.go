@@ -54,7 +54,7 @@ func (e *Engine) openLog(durable bool) error {
 // starts a new generation of the log. It runs on the syncer, or at open
 // and Close when the committer is not running.
 func (e *Engine) checkpoint() error {
-	if err := syncBadgerFiles(e.db, e.dir); err != nil {
+	if err := e.markDurable(); err != nil {
 		return err
 	}
 	return e.log.Reset()

@@ -29,8 +29,10 @@ const BlockSize = 4096
 // InitialSize is the size a new log is written to in full, then reused.
 const InitialSize = 8 << 20
 
-// ErrCorrupt is returned by Open when the file is not a log (bad magic) or
-// holds a frame whose checksum matches but whose payload cannot be read.
+// ErrCorrupt is returned by Open when the file is not a log (bad magic),
+// is truncated, holds a frame whose checksum matches but whose payload
+// cannot be read, or holds a damaged frame (or header) followed by intact
+// frames of its generation.
 var ErrCorrupt = errors.New("wal: corrupt log")
 
 // errDirectRefused is a direct write the system refused as invalid: the
@@ -204,6 +206,14 @@ func (l *Log) read(ro bool) ([][]Entry, error) {
 		// Only Reset rewrites the header, after the caller made everything
 		// durable: a torn header has nothing to replay. Start a generation
 		// no frame on disk can carry.
+		if l.align == BlockSize {
+			if seq, found, err := l.frameAfter(headerLen, 0); err != nil || found {
+				if err == nil {
+					err = fmt.Errorf("%w: %s: damaged header before intact frame %d of its generation", ErrCorrupt, l.path, seq)
+				}
+				return nil, err
+			}
+		}
 		l.gen += 1 << 32
 		l.align = BlockSize
 		if ro {
@@ -211,16 +221,71 @@ func (l *Log) read(ro bool) ([][]Entry, error) {
 		}
 		return nil, l.writeHeader()
 	}
+	if l.align == BlockSize && (l.size < InitialSize || l.size%BlockSize != 0) {
+		// Every log of this layout is written to InitialSize at creation
+		// and grows by whole blocks: a shorter one lost its end.
+		return nil, fmt.Errorf("%w: %s: truncated to %d bytes (at least %d expected)", ErrCorrupt, l.path, l.size, InitialSize)
+	}
 	var frames [][]Entry
 	for {
 		entries, next, err := l.frameAt(l.off)
-		if err != nil || entries == nil {
+		if err != nil {
 			return frames, err
+		}
+		if entries == nil {
+			return frames, l.checkEnd()
 		}
 		frames = append(frames, entries)
 		l.off = next
 		l.seq++
 	}
+}
+
+// checkEnd is called where the current generation's frames end, at l.off.
+// Frames are written one at a time, each durable before the next, so only
+// the last one written can be torn: a valid frame of the generation past
+// l.off means the frame at l.off was damaged after it was written, and
+// replaying up to it would silently drop acknowledged writes.
+func (l *Log) checkEnd() error {
+	if l.align != BlockSize {
+		return nil // the packed layout: frames cannot be found past damage
+	}
+	seq, found, err := l.frameAfter(l.off+BlockSize, l.seq+1)
+	if err != nil || !found {
+		return err
+	}
+	return fmt.Errorf("%w: %s: frame %d is damaged and frame %d after it is intact (not a torn tail)", ErrCorrupt, l.path, l.seq, seq)
+}
+
+// frameAfter looks for a frame of the current generation with a sequence
+// of at least minSeq and a valid checksum, on a block boundary at or past
+// off.
+func (l *Log) frameAfter(off int64, minSeq uint64) (uint64, bool, error) {
+	chunk := make([]byte, zeroChunk)
+	for base := alignUp(off, BlockSize); base < l.size; base += zeroChunk {
+		n, err := l.f.ReadAt(chunk, base)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, false, err
+		}
+		for b := 0; b+frameHead <= n; b += BlockSize {
+			head := chunk[b : b+frameHead]
+			size := int64(binary.LittleEndian.Uint32(head[0:4]))
+			gen := binary.LittleEndian.Uint64(head[8:16])
+			seq := binary.LittleEndian.Uint64(head[16:24])
+			at := base + int64(b)
+			if size == 0 || size > maxFrame || gen != l.gen || seq < minSeq || at+frameHead+size > l.size {
+				continue
+			}
+			frame := make([]byte, frameHead+size)
+			if _, err := l.f.ReadAt(frame, at); err != nil {
+				return 0, false, err
+			}
+			if frameSum(frame) == binary.LittleEndian.Uint32(frame[4:8]) {
+				return seq, true, nil
+			}
+		}
+	}
+	return 0, false, nil
 }
 
 // frameAt reads the frame at off. It returns nil entries where the

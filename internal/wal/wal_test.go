@@ -119,12 +119,10 @@ func TestLog_TornHeaderStartsANewGeneration(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	l, _ := open(t, path, Options{})
 	commit(t, l, set("a", "1", 0))
+	require.NoError(t, l.Reset()) // a's frame is stale: the header is torn while rewritten
 	gen := l.Generation()
 	require.NoError(t, l.Close())
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	raw[17] ^= 0xff // the header's checksum
-	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	flip(t, path, 17) // the header's checksum
 
 	n, err := Pending(path)
 	require.NoError(t, err)
@@ -253,4 +251,62 @@ func TestDecodeEntries_RejectsMalformedEntries(t *testing.T) {
 	es, err := decodeEntries([]byte{kindDelete, 1, 'k', kindSet, 1, 'a', 1, 'v', 7})
 	require.NoError(t, err)
 	require.Equal(t, []Entry{del("k"), set("a", "v", 7)}, es)
+}
+
+// flip inverts the byte at off in the file at path.
+func flip(t *testing.T, path string, off int64) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	raw[off] ^= 0xff
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+}
+
+// TestLog_DamageBeforeIntactFramesIsRefused damages a frame, or the
+// header, that intact frames of the generation follow: that is not a torn
+// tail (only the last frame written can be torn), and replaying up to it
+// would drop acknowledged writes.
+func TestLog_DamageBeforeIntactFramesIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		off  func(first, second int64) int64
+	}{
+		{"payload", func(_, second int64) int64 { return second + frameHead + 2 }},
+		{"length", func(_, second int64) int64 { return second }},
+		{"sequence", func(_, second int64) int64 { return second + 16 }},
+		{"generation", func(_, second int64) int64 { return second + 8 }},
+		{"first frame", func(first, _ int64) int64 { return first + frameHead }},
+		{"header checksum", func(int64, int64) int64 { return 17 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "log")
+			l, _ := open(t, path, Options{})
+			first := l.Offset()
+			commit(t, l, set("a", "1", 0))
+			second := l.Offset()
+			commit(t, l, set("b", "2", 0))
+			commit(t, l, set("c", "3", 0))
+			require.NoError(t, l.Close())
+			flip(t, path, c.off(first, second))
+
+			_, _, err := Open(path, Options{})
+			require.ErrorIs(t, err, ErrCorrupt)
+			_, err = Pending(path)
+			require.ErrorIs(t, err, ErrCorrupt)
+		})
+	}
+}
+
+// TestLog_TruncationIsRefused cuts the end off a log: every log of the
+// current layout is at least InitialSize, in whole blocks.
+func TestLog_TruncationIsRefused(t *testing.T) {
+	for _, size := range []int64{0, headerLen, headerLen + 100, InitialSize - BlockSize} {
+		path := filepath.Join(t.TempDir(), "log")
+		l, _ := open(t, path, Options{})
+		commit(t, l, set("a", "1", 0))
+		require.NoError(t, l.Close())
+		require.NoError(t, os.Truncate(path, size))
+		_, _, err := Open(path, Options{})
+		require.ErrorIs(t, err, ErrCorrupt, "truncated to %d", size)
+	}
 }

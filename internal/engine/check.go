@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/fb"
+	"github.com/dgraph-io/badger/v4/pb"
+	"github.com/dgraph-io/badger/v4/table"
+	"github.com/dgraph-io/badger/v4/y"
+	"google.golang.org/protobuf/proto"
+)
+
+// QuarantineName is the directory tables the MANIFEST does not reference
+// are moved to while a store opens (Badger would delete them).
+const QuarantineName = "idem.quarantine"
+
+// preflight is what Open learns about dir before Badger reads it.
+type preflight struct {
+	// quarantined are the tables the MANIFEST does not reference, moved
+	// to QuarantineName; maxQuarantined is the highest version they hold.
+	quarantined    []string
+	maxQuarantined uint64
+}
+
+// checkBefore checks what Badger will read in dir before it reads it, so
+// that damage is an error naming the file rather than a panic on one of
+// Badger's goroutines (a truncated table), a table silently ignored (a
+// table whose index fails its checksum), or tables deleted (a lost
+// MANIFEST). Tables the MANIFEST does not reference (a crash between
+// writing a table and recording it, or a truncated MANIFEST) are moved
+// aside for checkAfter to judge.
+func checkBefore(dir string, bo badger.Options) (preflight, error) {
+	var pf preflight
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return pf, nil
+	}
+	if err != nil {
+		return pf, err
+	}
+	tables := map[uint64]string{}
+	data := false
+	for _, en := range entries {
+		name := en.Name()
+		if id, ok := table.ParseFileID(name); ok && strings.HasSuffix(name, ".sst") {
+			tables[id] = name
+		}
+		if strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".vlog") {
+			data = true
+		}
+	}
+	mf, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
+	if errors.Is(err, fs.ErrNotExist) {
+		if data {
+			return pf, fmt.Errorf("%w: %s is missing but the directory holds tables or value logs: Badger would open it empty and delete them", ErrCorrupt, badger.ManifestFilename)
+		}
+		return pf, nil
+	}
+	if err != nil {
+		return pf, err
+	}
+	m, _, err := badger.ReplayManifestFile(mf, bo.ExternalMagicVersion, bo)
+	mf.Close()
+	if err != nil {
+		return pf, fmt.Errorf("%w: %s: %v", ErrCorrupt, badger.ManifestFilename, err)
+	}
+	for id, name := range tables {
+		v, err := checkTable(filepath.Join(dir, name))
+		if err != nil {
+			return pf, err
+		}
+		if _, ok := m.Tables[id]; !ok {
+			pf.quarantined = append(pf.quarantined, name)
+			pf.maxQuarantined = max(pf.maxQuarantined, v)
+		}
+	}
+	for id := range m.Tables {
+		if _, ok := tables[id]; !ok {
+			return pf, fmt.Errorf("%w: table %s named by the MANIFEST is missing", ErrCorrupt, table.IDToFilename(id))
+		}
+	}
+	if bo.ReadOnly || len(pf.quarantined) == 0 {
+		return pf, nil // a read-only Badger deletes nothing
+	}
+	q := filepath.Join(dir, QuarantineName)
+	if err := os.MkdirAll(q, 0o700); err != nil {
+		return pf, err
+	}
+	for _, name := range pf.quarantined {
+		if err := os.Rename(filepath.Join(dir, name), filepath.Join(q, name)); err != nil {
+			return pf, err
+		}
+	}
+	return pf, nil
+}
+
+// checkAfter judges the tables checkBefore moved aside, now that Badger
+// is open: leftovers of a crash hold nothing newer than what Badger holds
+// (their writes are in the tables they were compacted from, or in the
+// memtable log they were flushed from, which Badger keeps until the table
+// is recorded), and are removed. Otherwise the MANIFEST lost them: they go
+// back and the open fails, unless accept, which keeps them aside.
+func checkAfter(dir string, db *badger.DB, pf preflight, accept bool, log *slog.Logger) error {
+	if len(pf.quarantined) == 0 {
+		return nil
+	}
+	q := filepath.Join(dir, QuarantineName)
+	if have := db.MaxVersion(); pf.maxQuarantined > have {
+		msg := fmt.Sprintf("tables %s are not in the MANIFEST and hold commits up to version %d, Badger only up to %d (a truncated MANIFEST)",
+			strings.Join(pf.quarantined, ", "), pf.maxQuarantined, have)
+		if accept {
+			log.Warn("engine: accepting loss: "+msg, "kept_in", q)
+			return nil
+		}
+		for _, name := range pf.quarantined {
+			if err := os.Rename(filepath.Join(q, name), filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("%w: %s", ErrCorrupt, msg)
+	}
+	for _, name := range pf.quarantined {
+		if err := os.Remove(filepath.Join(q, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTable reads the footer and index of the table at path as Badger
+// will (not its blocks), and checks the index's checksum. It returns the
+// highest version the table holds.
+func checkTable(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := info.Size()
+	bad := func(what string) (uint64, error) {
+		return 0, fmt.Errorf("%w: table %s (%d bytes): %s", ErrCorrupt, filepath.Base(path), size, what)
+	}
+	read := func(off, n int64) ([]byte, error) {
+		b := make([]byte, n)
+		_, err := f.ReadAt(b, off)
+		return b, err
+	}
+	pos := size - 4
+	if pos < 4 {
+		return bad("too short")
+	}
+	b, err := read(pos, 4)
+	if err != nil {
+		return 0, err
+	}
+	n := int64(binary.BigEndian.Uint32(b))
+	if n > pos-4 {
+		return bad("checksum length out of bounds (truncated?)")
+	}
+	pos -= n
+	if b, err = read(pos, n); err != nil {
+		return 0, err
+	}
+	var sum pb.Checksum
+	if err := proto.Unmarshal(b, &sum); err != nil {
+		return bad("checksum unreadable")
+	}
+	pos -= 4
+	if b, err = read(pos, 4); err != nil {
+		return 0, err
+	}
+	n = int64(binary.BigEndian.Uint32(b))
+	if n > pos {
+		return bad("index length out of bounds (truncated?)")
+	}
+	pos -= n
+	index, err := read(pos, n)
+	if err != nil {
+		return 0, err
+	}
+	if err := y.VerifyChecksum(index, &sum); err != nil {
+		return bad("index fails its checksum")
+	}
+	return fb.GetRootAsTableIndex(index, 0).MaxVersion(), nil
+}

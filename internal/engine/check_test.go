@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/stretchr/testify/require"
+)
+
+// tryOpen opens dir as openEngine does, returning the error.
+func tryOpen(t *testing.T, dir string, accept bool) error {
+	t.Helper()
+	e, err := Open(Options{Durable: true, AcceptLoss: accept,
+		Badger: badger.DefaultOptions(dir).WithLogger(nil).WithMemTableSize(4 << 20).WithValueThreshold(16 << 10)})
+	if err == nil {
+		require.NoError(t, e.Close())
+	}
+	return err
+}
+
+// filled makes a closed store in a new directory whose writes reached
+// Badger's tables (a flush at Close), and returns the directory.
+func filled(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	e := openEngine(t, dir, Options{Durable: true})
+	for i := range 200 {
+		put(t, e, string(rune('a'+i%26))+string(rune('0'+i/26)), "value")
+	}
+	require.NoError(t, e.Close())
+	return dir
+}
+
+func TestOpen_LossIsRefusedUnlessAccepted(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+	}{
+		{"MANIFEST deleted", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, badger.ManifestFilename)))
+		}},
+		{"MANIFEST truncated", func(t *testing.T, dir string) {
+			require.NoError(t, os.Truncate(filepath.Join(dir, badger.ManifestFilename), 8))
+		}},
+		{"log deleted", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, LogName)))
+		}},
+		{"log truncated", func(t *testing.T, dir string) {
+			require.NoError(t, os.Truncate(filepath.Join(dir, LogName), 4096))
+		}},
+		{"mark damaged", func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, MarkName), []byte("{"), 0o600))
+		}},
+		{"table truncated", func(t *testing.T, dir string) {
+			sst := tables(t, dir)
+			info, err := os.Stat(sst[0])
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(sst[0], info.Size()/2))
+		}},
+		{"table index damaged", func(t *testing.T, dir string) {
+			sst := tables(t, dir)
+			raw, err := os.ReadFile(sst[0])
+			require.NoError(t, err)
+			raw[len(raw)-60] ^= 1 // in the index, before its checksum
+			require.NoError(t, os.WriteFile(sst[0], raw, 0o600))
+		}},
+		{"table deleted", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(tables(t, dir)[0]))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filled(t)
+			c.damage(t, dir)
+			err := tryOpen(t, dir, false)
+			require.ErrorIs(t, err, ErrCorrupt)
+			t.Log(err)
+			require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt, "a refused open changes nothing that makes the next one pass")
+		})
+	}
+}
+
+// TestOpen_AcceptLoss opens a store that lost its MANIFEST once the loss
+// is accepted; the next open needs no flag.
+func TestOpen_AcceptLoss(t *testing.T) {
+	dir := filled(t)
+	require.NoError(t, os.Remove(filepath.Join(dir, LogName)))
+	require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt)
+	require.NoError(t, tryOpen(t, dir, true))
+	require.NoError(t, tryOpen(t, dir, false))
+}
+
+// TestOpen_UnreferencedTableOfACrashIsRemoved leaves a table the MANIFEST
+// does not name, holding nothing newer than Badger (as a crash between
+// writing a compacted table and recording it does): the open goes on and
+// removes it, as Badger would.
+func TestOpen_UnreferencedTableOfACrashIsRemoved(t *testing.T) {
+	dir := filled(t)
+	sst := tables(t, dir)
+	raw, err := os.ReadFile(sst[0])
+	require.NoError(t, err)
+	extra := filepath.Join(dir, "999999.sst")
+	require.NoError(t, os.WriteFile(extra, raw, 0o600))
+	require.NoError(t, tryOpen(t, dir, false))
+	_, err = os.Stat(extra)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Stat(filepath.Join(dir, QuarantineName, "999999.sst"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func tables(t *testing.T, dir string) []string {
+	t.Helper()
+	sst, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, sst, "no table was written")
+	return sst
+}
+
+// TestOpen_DamagedBlock flips a bit in a table's first block: the open
+// refuses it (Badger alone would take the block for absent keys), unless
+// the check is skipped.
+func TestOpen_DamagedBlock(t *testing.T) {
+	dir := filled(t)
+	sst := tables(t, dir)
+	raw, err := os.ReadFile(sst[0])
+	require.NoError(t, err)
+	raw[40] ^= 1
+	require.NoError(t, os.WriteFile(sst[0], raw, 0o600))
+	require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt)
+
+	e, err := Open(Options{Durable: true, SkipTableVerify: true,
+		Badger: badger.DefaultOptions(dir).WithLogger(nil).WithMemTableSize(4 << 20).WithValueThreshold(16 << 10)})
+	require.NoError(t, err, "with the check skipped")
+	require.ErrorIs(t, e.VerifyTables(), ErrCorrupt, "Verify still finds it")
+	require.NoError(t, e.Close())
+}
