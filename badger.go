@@ -72,10 +72,11 @@ type BadgerOptions struct {
 	Logger *slog.Logger
 	// FreeSpaceReserve is the free space the store keeps on its file
 	// system: below it, new claims fail with ErrUnavailable (replays and
-	// the completion of claims already made go on), and a store does not
-	// open for writing. 0 sizes it from the other options (the memtables,
-	// sixteen tables for a compaction and idem's log: 36 MiB with the
-	// defaults); a negative value turns the guard off. Writes resume by
+	// the completion of claims already made go on), and below half of it
+	// a store does not open for writing. 0 sizes it from the other options
+	// (the memtables, sixteen tables for a compaction and idem's log:
+	// about 20 MiB with the default memory budget); a negative value turns
+	// the guard off. Writes resume by
 	// themselves once space returns. docs/engine.md, "Free space".
 	FreeSpaceReserve int64
 	// SkipTableVerify skips the check of every table block that Open

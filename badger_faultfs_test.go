@@ -174,8 +174,12 @@ func TestBadger_FullDisk(t *testing.T) {
 	require.ErrorContains(t, err, "free space")
 	t.Logf("open while full: %v", err)
 
-	// Space returns: every acknowledged key replays, and claims resume.
+	// Space returns (the file system grows, as an operator would free or
+	// add space): every acknowledged key replays, and claims resume.
 	require.NoError(t, os.Remove(filler))
+	if out, err := exec.Command("mount", "-o", "remount,size=256m", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("cannot grow the tmpfs: %v: %s", err, out)
+	}
 	s := openStore(t, dir, nil)
 	for i := range acked {
 		res, replayed, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, func(context.Context) (idem.Result, error) {

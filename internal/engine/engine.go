@@ -64,9 +64,12 @@ type Options struct {
 	// says it held (ErrCorrupt otherwise), logging what was lost to
 	// Logger, and makes what it holds the new mark.
 	AcceptLoss bool
-	// Reserve is the free space (bytes) the file system must keep: Open
-	// refuses to open a store for writing with less, and LowSpace reports
-	// it. 0 turns the guard off.
+	// Reserve is the free space (bytes) the file system must keep:
+	// LowSpace reports less, and Open refuses to open a store for writing
+	// with less than half of it (enough to open, replay the log and close:
+	// a store refused claims at the reserve and then closed has used some
+	// of it, and must still open to replay what it acknowledged). 0 turns
+	// the guard off.
 	Reserve int64
 	// SkipTableVerify skips reading every table block at open
 	// (verifyTables), which costs a decompression of the whole LSM tree.
@@ -170,7 +173,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 		// Badger writes through memory-mapped files from its first
 		// moment: on a full file system that is SIGBUS, not an error.
 		if free, ok := freeSpace(bo.Dir); ok {
-			if err := lowSpaceErr(free, o.Reserve); err != nil {
+			if err := lowSpaceErr(free, o.Reserve/2); err != nil {
 				return nil, fmt.Errorf("cannot open for writing: %w", err)
 			}
 		}
