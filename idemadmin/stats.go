@@ -43,10 +43,12 @@ type Stats struct {
 // (an open store's logs are sparse, preallocated files), their sizes
 // elsewhere.
 type Disk struct {
-	// LSM sums the tables (.sst), VLog the value logs (.vlog), and Total
-	// every file of the directory, memtable logs and manifest included.
+	// LSM sums the tables (.sst), VLog the value logs (.vlog), Log idem's
+	// own log (idem.wal), and Total every file of the directory, memtable
+	// logs and manifest included.
 	LSM   int64 `json:"lsm_bytes"`
 	VLog  int64 `json:"vlog_bytes"`
+	Log   int64 `json:"log_bytes"`
 	Total int64 `json:"total_bytes"`
 }
 
@@ -113,7 +115,7 @@ func Collect(ctx context.Context, l idem.Lister, o StatsOptions) (*Stats, error)
 			return nil, fmt.Errorf("idemadmin: measure disk: %w", err)
 		}
 		if u.Total > 0 { // zero: an in-memory store
-			st.Disk = &Disk{LSM: u.LSM, VLog: u.VLog, Total: u.Total}
+			st.Disk = &Disk{LSM: u.LSM, VLog: u.VLog, Log: u.Log, Total: u.Total}
 		}
 	}
 	return st, nil
@@ -144,11 +146,11 @@ func (s *Stats) WriteText(w io.Writer) error {
 	p("replays", "%d", s.Replays)
 	p("rejected", "%d× 409, %d× 422", s.Conflicts, s.Mismatches)
 	if s.Disk != nil {
-		// The rest is mostly idem's own log (idem.wal, 8 MiB written in
-		// full), then memtables and the manifest: name it, so the parts
-		// add up to the total.
-		p("disk", "%s (tables %s, value log %s, idem.wal, memtables and manifest %s)", formatBytes(s.Disk.Total),
-			formatBytes(s.Disk.LSM), formatBytes(s.Disk.VLog), formatBytes(max(s.Disk.Total-s.Disk.LSM-s.Disk.VLog, 0)))
+		// Name every part, so that they add up to the total: the rest is
+		// the memtables and the manifest.
+		d := s.Disk
+		p("disk", "%s (tables %s, value log %s, idem.wal %s, memtables and manifest %s)", formatBytes(d.Total),
+			formatBytes(d.LSM), formatBytes(d.VLog), formatBytes(d.Log), formatBytes(max(d.Total-d.LSM-d.VLog-d.Log, 0)))
 	}
 	return tw.Flush()
 }

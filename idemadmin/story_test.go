@@ -256,14 +256,15 @@ func TestTell_ReplayFollowsItsOutcome(t *testing.T) {
 }
 
 // TestStats_WriteText_DiskAddsUp checks that the disk line names what the
-// tables and the value log leave out of the total: idem.wal above all.
+// tables and the value log leave out of the total: idem.wal above all,
+// as a figure of its own.
 func TestStats_WriteText_DiskAddsUp(t *testing.T) {
-	st := &idemadmin.Stats{Now: t0, Disk: &idemadmin.Disk{LSM: 8 << 10, VLog: 8 << 10, Total: 8<<20 + 16<<10}}
+	st := &idemadmin.Stats{Now: t0, Disk: &idemadmin.Disk{LSM: 8 << 10, VLog: 8 << 10, Log: 8 << 20, Total: 8<<20 + 20<<10}}
 	var b strings.Builder
 	if err := st.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
-	if want := "disk               8.0 MiB (tables 8.0 KiB, value log 8.0 KiB, idem.wal, memtables and manifest 8.0 MiB)"; !strings.Contains(b.String(), want) {
+	if want := "disk               8.0 MiB (tables 8.0 KiB, value log 8.0 KiB, idem.wal 8.0 MiB, memtables and manifest 4.0 KiB)"; !strings.Contains(b.String(), want) {
 		t.Fatalf("got\n%s\nwant a line %q", b.String(), want)
 	}
 }
