@@ -48,12 +48,15 @@ func unmarshalReflect(b []byte) (rec *Record, err error) {
 		}
 	}()
 	var r Record
-	if err := msgpack.Unmarshal(b, &r); err != nil {
+	rd := bytes.NewReader(b)
+	if err := msgpack.NewDecoder(rd).Decode(&r); err != nil {
 		return nil, err
 	}
-	n := len(b) - 4
+	// A sealed record is its map and the map's checksum, nothing between.
+	// (b[:n:n]: seal appends, and must not write over b's own checksum.)
+	n := len(b) - rd.Len()
 	switch {
-	case r.Format >= 2 && r.Format <= Format && (n <= 0 || !bytes.Equal(seal(b[:n])[n:], b[n:])):
+	case r.Format >= 2 && r.Format <= Format && (rd.Len() != 4 || !bytes.Equal(seal(b[:n:n])[n:], b[n:])):
 		return nil, fmt.Errorf("checksum mismatch")
 	case r.Format == 0 || r.Format > Format:
 		return nil, fmt.Errorf("unknown format version %d", r.Format)
