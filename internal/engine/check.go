@@ -74,11 +74,20 @@ func checkBefore(dir string, bo badger.Options) (preflight, error) {
 	}
 	for id, name := range tables {
 		v, err := checkTable(filepath.Join(dir, name))
-		if err != nil {
-			return pf, err
+		if _, ok := m.Tables[id]; ok {
+			if err != nil {
+				return pf, err
+			}
+			continue
 		}
-		if _, ok := m.Tables[id]; !ok {
-			pf.quarantined = append(pf.quarantined, name)
+		// Not recorded: a table whose writing a crash cut off (it may be
+		// empty or partial, and Badger would delete it), or one a
+		// truncated MANIFEST forgot, which checkAfter finds by its
+		// versions. A partial one holds nothing Badger relies on: the
+		// memtable log it was flushed from, or the tables it was compacted
+		// from, are kept until a table is recorded.
+		pf.quarantined = append(pf.quarantined, name)
+		if err == nil {
 			pf.maxQuarantined = max(pf.maxQuarantined, v)
 		}
 	}
