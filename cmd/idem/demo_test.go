@@ -166,7 +166,10 @@ func TestProgress_ReachesTotal(t *testing.T) {
 	for range 3 {
 		p.add()
 	}
-	tick <- time.Time{} // received: drawn before finish returns
+	// The second send is received only once the first tick's draw has
+	// returned: the bar was drawn at 3/10 before the test moves on.
+	tick <- time.Time{}
+	tick <- time.Time{}
 	p.reach(5)
 	p.reach(4) // never backwards
 	if got := p.done.Load(); got != 5 {
