@@ -59,8 +59,10 @@ type Options struct {
 	// server, not the client, caused: Options.Scope failed or returned a
 	// malformed scope, the request body could not be read, or the store
 	// could not be read or written (503), or the handler ran and its
-	// outcome could not be recorded (500; the handler's own response is
-	// sent then, and p is for the log). The problem about to be sent
+	// outcome could not be recorded (500, or 409 ran-twice when another
+	// attempt took the key over; the handler's own response is dropped,
+	// or, if it was already streaming, sent, and p is then for the log).
+	// The problem about to be sent
 	// comes with it. Its Detail is generic: error texts from an
 	// authentication layer or a storage engine may carry tokens, tenant
 	// names, paths or queries, so they never reach the client by default.
