@@ -114,13 +114,14 @@ func (l LateCompletion) Story(attempts []Attempt, token uint64, twice bool) []At
 	return out
 }
 
-// The words of a late attempt's story (see record.go).
+// The words of a late attempt's story (see record.go). Its Ending has no
+// reason, so the attempt keeps the one recovery gave it ("recovered: not
+// committed"); the reasons here are the Observer's.
 const (
-	outcomeLate      = "completed late"
-	reasonLate       = "its claim had been recovered; no one claimed the key since"
-	outcomeRanTwice  = "completed late: may have run twice"
-	reasonRanTwice   = "its claim had been recovered and the key claimed again before its result was saved"
-	reasonLateAbsent = "its claim had been recovered and the record was gone"
+	outcomeLate     = "completed late"
+	reasonLate      = "its claim had been recovered; no one claimed the key since"
+	outcomeRanTwice = "completed late: may have run twice"
+	reasonRanTwice  = "its claim had been recovered and the key claimed again before its result was saved"
 )
 
 // completeLate records a late completion for Do: c's Complete of saved
@@ -142,9 +143,9 @@ func (s *Store) completeLate(ctx context.Context, c *Claim, claimedAt time.Time,
 	l := LateCompletion{
 		Completion:  completion(saved, now, expiresAt(now, c.retention), ""),
 		Fingerprint: c.fingerprint, Retention: c.retention, ClaimedAt: claimedAt, Owner: s.owner,
-		Twice: Ending{At: now, Outcome: outcomeRanTwice, Reason: reasonRanTwice, Status: saved.Status},
+		Twice: Ending{At: now, Outcome: outcomeRanTwice, Status: saved.Status},
 	}
-	l.Ending.Outcome, l.Ending.Reason = outcomeLate, reasonLate
+	l.Ending.Outcome = outcomeLate
 	var out LateOutcome
 	err := s.call(func() (err error) {
 		out, err = lc.CompleteLate(ctx, c.scope, c.key, c.token, l)
