@@ -109,10 +109,26 @@ func testBackendLateRecorded(t *testing.T, nb NewBackend) {
 	require.Equal(t, "late-owner", a.Owner)
 	require.Equal(t, "late", a.Outcome)
 	require.True(t, a.ClaimedAt.Equal(now))
-	// It expires and is reclaimed like any done record.
+	// Still held by the late claim (its Complete failed otherwise): it
+	// completes as Complete would.
+	rec, _, err = b.Claim(ctx, "s", "held", args("fp", now))
+	require.NoError(t, err)
+	out, err = lc.CompleteLate(ctx, "s", "held", rec.Token, late("late", now, at))
+	require.NoError(t, err)
+	require.Equal(t, idem.LateRecorded, out)
+	got, err = b.Get(ctx, "s", "held")
+	require.NoError(t, err)
+	require.Equal(t, idem.StateDone, got.State)
+	require.Equal(t, "late", string(got.Result.Body))
+	require.Equal(t, "late", attemptOf(t, got, rec.Token).Outcome)
+	stale, err := b.Stale(ctx, at.Add(lease), 10)
+	require.NoError(t, err)
+	require.Empty(t, stale, "no open claim is left behind")
+
+	// They expire and are reclaimed like any done record.
 	refs, err := b.Reclaim(ctx, at.Add(retention), 100)
 	require.NoError(t, err)
-	require.Len(t, refs, 2)
+	require.Len(t, refs, 3)
 }
 
 func testBackendLateRanTwice(t *testing.T, nb NewBackend) {
