@@ -23,6 +23,13 @@ import (
 //
 // Backends do it through LateCompleter; without it Do returns a
 // *LateCompletionError as before.
+//
+// A result recorded late is returned as a completion's is, with fn's own
+// error and no error class of its own: the effect ran once, its result is
+// durable before the caller is answered (the design's durability rule),
+// and every repeat replays it, so the caller has nothing to do
+// differently (EventCompletedLate tells the operator). A double run is
+// the caller's business: the answer it holds is not the recorded one.
 
 // LateCompleter is implemented by backends that can record a late
 // completion: the outcome of a claim whose Complete was fenced because
