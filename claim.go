@@ -219,7 +219,8 @@ func (s *Store) replayClock() (time.Time, time.Duration) {
 // record expires. It fails with ErrFenced if the claim is no longer current,
 // and with a *NotRecordedError (ErrOutcomeNotRecorded) if storage failed or
 // the store closed: the claim then stays for recovery. Release and Hold
-// fail the same ways.
+// fail the same ways. (Do, when its Complete is fenced, records the outcome
+// late: see LateCompleter.)
 func (c *Claim) Complete(ctx context.Context, res Result) error {
 	return c.end(ctx, DecisionSave, res, "", nil)
 }
