@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// tortureConfig configures a torture run.
+type tortureConfig struct {
+	Duration time.Duration
+	// Cycles, if positive, stops the run after that many kills instead.
+	Cycles int
+	// Dir holds the store and the ledger; "" means a temporary directory,
+	// removed afterwards unless a violation was found.
+	Dir              string
+	Workers, Keys    int
+	Seed             uint64
+	KillMin, KillMax time.Duration
+	// Sample is how many keys acknowledged in earlier cycles Do replays
+	// after each restart, beside every key of the last cycle.
+	Sample int
+	// KillAfterAcks, if positive, kills each child right after that many
+	// acknowledgements arrived instead of at a random moment (tests use it:
+	// a kill that surely lands mid-traffic).
+	KillAfterAcks int
+	// Child is the command that starts a child; default this executable's
+	// "torture".
+	Child []string
+	// Stderr receives a dead child's output when it broke a rule.
+	Stderr io.Writer
+}
+
+// tortureReport is what a run did: the closing numbers.
+type tortureReport struct {
+	Command string `json:"command"`
+	Seed    uint64 `json:"seed"`
+	Dir     string `json:"dir,omitempty"`
+	Workers int    `json:"workers"`
+	Keys    int    `json:"keys"`
+	Elapsed string `json:"elapsed"`
+	// Cycles counts children started, each killed and followed by a check;
+	// KilledBeforeOpen those killed before their store was open.
+	Cycles           int `json:"cycles"`
+	KilledBeforeOpen int `json:"killed_before_open"`
+	// DoCalls counts the Do calls whose outcome a child reported; of them
+	// Executed ran the effect, Replayed answered with a saved result,
+	// Failed had an injected effect failure (released), Busy met another
+	// holder, Unknown met ErrOutcomeUnknown.
+	DoCalls, Executed, Replayed, Failed, Busy, Unknown int
+	// Executions counts the effects booked in the ledger: Executed, plus
+	// those a kill caught between the booking and the report.
+	Executions int `json:"executions"`
+	// AckedKeys counts the distinct keys acknowledged; Acks every
+	// acknowledgement.
+	AckedKeys, Acks int
+	// Orphans counts the claims the parent's recovery found open after a
+	// kill; Resolved the orphans settled by the Resolver, in the parent or
+	// in a child (committed or not).
+	Orphans, ResolvedCommitted, ResolvedNotCommitted int
+	// ReplaysVerified counts the parent's Do calls on acknowledged keys.
+	ReplaysVerified int
+	Violations      int      `json:"violations"`
+	Messages        []string `json:"violation_messages,omitempty"`
+}
+
+func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if env := os.Getenv(tortureChildEnv); env != "" {
+		return tortureChildMain(ctx, env, stderr)
+	}
+	fs := flag.NewFlagSet("idem torture", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := tortureConfig{Stderr: stderr}
+	var kill string
+	var asJSON bool
+	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to run")
+	fs.IntVar(&cfg.Cycles, "cycles", 0, "stop after this many kills instead (0: run for -duration)")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for the store and the ledger (default: a temporary one, removed unless a violation was found)")
+	fs.IntVar(&cfg.Workers, "workers", 16, "goroutines calling Do in the child")
+	fs.IntVar(&cfg.Keys, "keys", 512, "how many of the latest keys the repeats draw from (3 calls in 5 are repeats)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill schedule and the children's choices (0: from the clock)")
+	fs.StringVar(&kill, "kill-every", "50ms-1.5s", "range of a child's life before its SIGKILL, MIN-MAX")
+	fs.IntVar(&cfg.Sample, "sample", 1000, "earlier acknowledged keys replayed after each kill, beside the last cycle's")
+	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: idem torture [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Runs a child process (this binary) doing Durable Do on many goroutines over a store")
+		fmt.Fprintln(stderr, "whose effects book lines in a synced ledger, SIGKILLs it at random moments and")
+		fmt.Fprintln(stderr, "restarts it. After every kill it recovers the store with a Resolver over the ledger")
+		fmt.Fprintln(stderr, "and checks: no effect booked twice, every acknowledged result replays byte for byte")
+		fmt.Fprintln(stderr, "(Do runs nothing), every record agrees with the ledger, no claim is left open.")
+		fmt.Fprintln(stderr, "Exits with status 1 on any violation.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	var err error
+	if cfg.KillMin, cfg.KillMax, err = parseKillRange(kill); err != nil {
+		fmt.Fprintf(stderr, "idem torture: -kill-every: %v\n", err)
+		return errUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "idem torture: unexpected arguments %q\n", fs.Args())
+		return errUsage
+	case cfg.Workers < 1 || cfg.Workers > 1024:
+		fmt.Fprintln(stderr, "idem torture: -workers must be 1 to 1024")
+		return errUsage
+	case cfg.Keys < 1:
+		fmt.Fprintln(stderr, "idem torture: -keys must be at least 1")
+		return errUsage
+	case cfg.Duration <= 0 && cfg.Cycles <= 0:
+		fmt.Fprintln(stderr, "idem torture: -duration or -cycles must be positive")
+		return errUsage
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	rep, err := runTorture(ctx, cfg)
+	rep.Command = "idem torture " + strings.Join(args, " ")
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		rep.print(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if rep.Violations > 0 {
+		return fmt.Errorf("%d violations", rep.Violations)
+	}
+	return nil
+}
+
+func parseKillRange(s string) (lo, hi time.Duration, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		b = a
+	}
+	if lo, err = time.ParseDuration(a); err == nil {
+		hi, err = time.ParseDuration(b)
+	}
+	if err == nil && (lo <= 0 || hi < lo) {
+		err = fmt.Errorf("want MIN-MAX with 0 < MIN <= MAX, got %q", s)
+	}
+	return lo, hi, err
+}
+
+func tortureChildMain(ctx context.Context, env string, stderr io.Writer) error {
+	var cfg tortureChildConfig
+	if err := json.Unmarshal([]byte(env), &cfg); err != nil {
+		return fmt.Errorf("%s: %w", tortureChildEnv, err)
+	}
+	return runTortureChild(ctx, cfg, os.NewFile(3, "torture-report"), stderr)
+}
+
+// tortureRun is the parent's state across cycles.
+type tortureRun struct {
+	cfg    tortureConfig
+	rep    *tortureReport
+	rng    *rand.Rand
+	store  string
+	ledger *ledgerIndex
+	acks   map[string][32]byte
+	// ackList is the acknowledged keys in order, to sample from.
+	ackList []string
+	// base is the first key no child has used.
+	base int
+}
+
+// runTorture kills and restarts children until the time or the cycles are
+// up, or a check fails, then checks once more, replaying every
+// acknowledged key.
+func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) {
+	start := time.Now()
+	rep := &tortureReport{Seed: cfg.Seed, Workers: cfg.Workers, Keys: cfg.Keys}
+	dir := cfg.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "idem-torture-")
+		if err != nil {
+			return rep, err
+		}
+		dir = tmp
+		defer func() {
+			if rep.Violations == 0 {
+				_ = os.RemoveAll(tmp)
+			}
+		}()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return rep, err
+	}
+	rep.Dir = dir
+	if len(cfg.Child) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return rep, err
+		}
+		cfg.Child = []string{exe, "torture"}
+	}
+	r := &tortureRun{
+		cfg: cfg, rep: rep, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7047)),
+		store: filepath.Join(dir, "store"), ledger: newLedgerIndex(filepath.Join(dir, "ledger")),
+		acks: map[string][32]byte{},
+	}
+	deadline := start.Add(cfg.Duration)
+	var err error
+	for ctx.Err() == nil && rep.Violations == 0 {
+		if cfg.Cycles > 0 && rep.Cycles >= cfg.Cycles || cfg.Cycles <= 0 && !time.Now().Before(deadline) {
+			break
+		}
+		if err = r.cycle(ctx); err != nil {
+			break
+		}
+	}
+	if err == nil && rep.Violations == 0 {
+		// The final check: every acknowledged key replays.
+		all := make([]string, 0, len(r.acks))
+		for key := range r.acks {
+			all = append(all, key)
+		}
+		slices.Sort(all)
+		err = r.check(context.WithoutCancel(ctx), all)
+	}
+	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
+	rep.AckedKeys = len(r.acks)
+	rep.Executions = r.ledger.total
+	return rep, err
+}
+
+// cycle starts a child, kills it, and checks what it left.
+func (r *tortureRun) cycle(ctx context.Context) error {
+	child, err := json.Marshal(tortureChildConfig{
+		Dir: r.store, Ledger: r.ledger.path, Workers: r.cfg.Workers, Window: r.cfg.Keys, Base: r.base,
+		Seed: r.rng.Uint64(), Lifetime: 10*r.cfg.KillMax + time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(r.cfg.Child[0], r.cfg.Child[1:]...)
+	cmd.Env = append(os.Environ(), tortureChildEnv+"="+string(child))
+	var out tailBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.ExtraFiles = []*os.File{pw}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return err
+	}
+	pw.Close() // the child holds the only writer: its death ends the reports
+	r.rep.Cycles++
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		defer pr.Close()
+		br := bufio.NewReaderSize(pr, 64<<10)
+		for {
+			s, err := br.ReadString('\n')
+			if err != nil {
+				return // a last line without its newline was cut by the kill: not reported
+			}
+			lines <- strings.TrimSuffix(s, "\n")
+		}
+	}()
+	var got []string
+	opened := false
+	collect := func(s string) {
+		got = append(got, s)
+		if s == string(reportOpened) {
+			opened = true
+		}
+	}
+	timer := time.NewTimer(r.cfg.KillMin + time.Duration(r.rng.Int64N(int64(r.cfg.KillMax-r.cfg.KillMin)+1)))
+	acks := 0
+wait:
+	for {
+		select {
+		case s, ok := <-lines:
+			if !ok {
+				break wait // the child died on its own
+			}
+			collect(s)
+			if s != "" && s[0] == reportAck {
+				acks++
+				if r.cfg.KillAfterAcks > 0 && acks >= r.cfg.KillAfterAcks {
+					break wait
+				}
+			}
+		case <-timer.C:
+			if r.cfg.KillAfterAcks <= 0 {
+				break wait
+			}
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	timer.Stop()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	for s := range lines {
+		collect(s)
+	}
+	if !opened {
+		r.rep.KilledBeforeOpen++
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		r.violation("cycle %d: the child exited on its own (%s)", r.rep.Cycles, cmd.ProcessState)
+	}
+	replay := r.takeReports(got)
+	if r.rep.Violations > 0 {
+		fmt.Fprintf(r.cfg.Stderr, "idem torture: cycle %d child's output:\n%s\n", r.rep.Cycles, out.String())
+	}
+	return r.check(ctx, replay)
+}
+
+// takeReports counts a dead child's report lines and records its
+// acknowledgements. It returns the keys to replay: every key the child
+// acknowledged and a sample of those acknowledged before.
+func (r *tortureRun) takeReports(got []string) []string {
+	rep := r.rep
+	var replay []string
+	fresh := map[string]bool{}
+	earlier := len(r.ackList)
+	for _, s := range got {
+		if s == "" {
+			continue
+		}
+		kind, rest := s[0], strings.TrimPrefix(s[1:], " ")
+		key, arg, _ := strings.Cut(rest, " ")
+		if i, ok := tortureIndex(key); ok {
+			r.base = max(r.base, i+1)
+		}
+		switch kind {
+		case reportAck:
+			rep.DoCalls++
+			rep.Acks++
+			how, hexSum, _ := strings.Cut(arg, " ")
+			if how == "x" {
+				rep.Executed++
+			} else {
+				rep.Replayed++
+			}
+			var sum [32]byte
+			if b, err := hex.DecodeString(hexSum); err != nil || len(b) != len(sum) {
+				r.violation("bad report line %q", s)
+				continue
+			} else {
+				copy(sum[:], b)
+			}
+			prev, seen := r.acks[key]
+			switch {
+			case !seen:
+				r.acks[key] = sum
+				r.ackList = append(r.ackList, key)
+			case prev != sum:
+				r.violation("%s: acknowledged with two different results", key)
+			}
+			if !fresh[key] {
+				fresh[key] = true
+				replay = append(replay, key)
+			}
+		case reportFailed:
+			rep.DoCalls++
+			rep.Failed++
+		case reportBusy:
+			rep.DoCalls++
+			rep.Busy++
+		case reportUnknown:
+			rep.DoCalls++
+			rep.Unknown++
+		case reportResolved:
+			if arg == "1" {
+				rep.ResolvedCommitted++
+			} else {
+				rep.ResolvedNotCommitted++
+			}
+		case reportViolation:
+			r.violation("child: %s", rest)
+		case reportOpened:
+		default:
+			r.violation("bad report line %q", s)
+		}
+	}
+	for range min(r.cfg.Sample, earlier) {
+		if key := r.ackList[r.rng.IntN(earlier)]; !fresh[key] {
+			fresh[key] = true
+			replay = append(replay, key)
+		}
+	}
+	return replay
+}
+
+// check catches up with the ledger and checks the store (verifyStore),
+// replaying the keys given.
+func (r *tortureRun) check(ctx context.Context, replay []string) error {
+	dups, err := r.ledger.catchUp()
+	for _, key := range dups {
+		r.violation("the effect of %s is booked twice: %v", key, r.ledger.lines[key])
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	r.base = max(r.base, r.ledger.next)
+	var st verifyStats
+	vs, err := verifyStore(ctx, r.store, r.ledger.lines, r.acks, replay, &st)
+	for _, v := range vs {
+		r.violation("cycle %d: %s", r.rep.Cycles, v)
+	}
+	r.rep.Orphans += st.Orphans
+	r.rep.ResolvedCommitted += st.Committed
+	r.rep.ResolvedNotCommitted += st.NotCommitted
+	r.rep.ReplaysVerified += st.Replays
+	return err
+}
+
+func (r *tortureRun) violation(format string, args ...any) {
+	r.rep.Violations++
+	if len(r.rep.Messages) < 20 {
+		r.rep.Messages = append(r.rep.Messages, fmt.Sprintf(format, args...))
+	}
+}
