@@ -67,10 +67,11 @@ type tortureReport struct {
 	// AckedKeys counts the distinct keys acknowledged; Acks every
 	// acknowledgement.
 	AckedKeys, Acks int
-	// Orphans counts the claims the parent's recovery found open after a
-	// kill; Resolved the orphans settled by the Resolver, in the parent or
-	// in a child (committed or not).
-	Orphans, ResolvedCommitted, ResolvedNotCommitted int
+	// Orphans counts the distinct claims found open after a kill;
+	// ResolvedCommitted and ResolvedNotCommitted the Resolver's verdicts on
+	// orphans, in the parent or in a child; ResolvedInChildren those of
+	// the children, under traffic.
+	Orphans, ResolvedCommitted, ResolvedNotCommitted, ResolvedInChildren int
 	// ReplaysVerified counts the parent's Do calls on acknowledged keys.
 	ReplaysVerified int
 	Violations      int      `json:"violations"`
@@ -185,6 +186,8 @@ type tortureRun struct {
 	acks   map[string][32]byte
 	// ackList is the acknowledged keys in order, to sample from.
 	ackList []string
+	// orphans holds every orphaned claim counted, as "key/token".
+	orphans map[string]bool
 	// base is the first key no child has used.
 	base int
 }
@@ -221,7 +224,7 @@ func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) 
 	r := &tortureRun{
 		cfg: cfg, rep: rep, rng: rand.New(rand.NewPCG(cfg.Seed, 0x7047)),
 		store: filepath.Join(dir, "store"), ledger: newLedgerIndex(filepath.Join(dir, "ledger")),
-		acks: map[string][32]byte{},
+		acks: map[string][32]byte{}, orphans: map[string]bool{},
 	}
 	deadline := start.Add(cfg.Duration)
 	var err error
@@ -240,7 +243,7 @@ func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) 
 			all = append(all, key)
 		}
 		slices.Sort(all)
-		err = r.check(context.WithoutCancel(ctx), all)
+		err = r.check(context.WithoutCancel(ctx), all, true)
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	rep.AckedKeys = len(r.acks)
@@ -311,9 +314,7 @@ wait:
 				}
 			}
 		case <-timer.C:
-			if r.cfg.KillAfterAcks <= 0 {
-				break wait
-			}
+			break wait // with KillAfterAcks, a guard against a child that hangs
 		case <-ctx.Done():
 			break wait
 		}
@@ -331,11 +332,16 @@ wait:
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		r.violation("cycle %d: the child exited on its own (%s)", r.rep.Cycles, cmd.ProcessState)
 	}
+	if strings.Contains(out.String(), "WARNING: DATA RACE") {
+		r.violation("cycle %d: the child saw a data race", r.rep.Cycles)
+	}
 	replay := r.takeReports(got)
 	if r.rep.Violations > 0 {
 		fmt.Fprintf(r.cfg.Stderr, "idem torture: cycle %d child's output:\n%s\n", r.rep.Cycles, out.String())
 	}
-	return r.check(ctx, replay)
+	// Every other cycle the parent leaves the orphans to the next child,
+	// whose sweep and Do calls settle them under its traffic.
+	return r.check(ctx, replay, r.rep.Cycles%2 == 0)
 }
 
 // takeReports counts a dead child's report lines and records its
@@ -394,6 +400,7 @@ func (r *tortureRun) takeReports(got []string) []string {
 			rep.DoCalls++
 			rep.Unknown++
 		case reportResolved:
+			rep.ResolvedInChildren++
 			if arg == "1" {
 				rep.ResolvedCommitted++
 			} else {
@@ -416,8 +423,9 @@ func (r *tortureRun) takeReports(got []string) []string {
 }
 
 // check catches up with the ledger and checks the store (verifyStore),
-// replaying the keys given.
-func (r *tortureRun) check(ctx context.Context, replay []string) error {
+// replaying the keys given. With recover it settles the orphaned claims
+// itself; without, it leaves them to the next child.
+func (r *tortureRun) check(ctx context.Context, replay []string, recover bool) error {
 	dups, err := r.ledger.catchUp()
 	for _, key := range dups {
 		r.violation("the effect of %s is booked twice: %v", key, r.ledger.lines[key])
@@ -427,11 +435,18 @@ func (r *tortureRun) check(ctx context.Context, replay []string) error {
 	}
 	r.base = max(r.base, r.ledger.next)
 	var st verifyStats
-	vs, err := verifyStore(ctx, r.store, r.ledger.lines, r.acks, replay, &st)
+	vs, err := verifyStore(ctx, verifyInput{
+		Dir: r.store, Ledger: r.ledger.lines, Acks: r.acks, Replay: replay, Recover: recover,
+	}, &st)
 	for _, v := range vs {
 		r.violation("cycle %d: %s", r.rep.Cycles, v)
 	}
-	r.rep.Orphans += st.Orphans
+	for _, o := range st.Orphans {
+		if !r.orphans[o] {
+			r.orphans[o] = true
+			r.rep.Orphans++
+		}
+	}
 	r.rep.ResolvedCommitted += st.Committed
 	r.rep.ResolvedNotCommitted += st.NotCommitted
 	r.rep.ReplaysVerified += st.Replays

@@ -174,6 +174,7 @@ type ledgerResolver struct {
 	lines                   map[string][]ledgerLine
 	committed, notCommitted int
 	problems                []string
+	asked                   []string // "key/token" of every claim resolved
 	onVerdict               func(key string, committed bool)
 }
 
@@ -181,6 +182,7 @@ var errImpossibleClaim = errors.New("torture: a claim exists for a key whose eff
 
 func (r *ledgerResolver) Resolve(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 	r.mu.Lock()
+	r.asked = append(r.asked, fmt.Sprintf("%s/%d", rec.Key, rec.Token))
 	lines := r.lines[rec.Key]
 	var res idem.Resolution
 	var err error
@@ -214,37 +216,56 @@ func (r *ledgerResolver) add(key string, l ledgerLine) {
 
 // verifyStats counts what the parent's checks did.
 type verifyStats struct {
-	Orphans, Committed, NotCommitted, Replays int
+	// Orphans names the claims found open after the kill, as "key/token".
+	Orphans                          []string
+	Committed, NotCommitted, Replays int
 }
 
-// verifyStore is the parent's check after a child died: it recovers the
-// store with a Resolver over the ledger, then checks (c) that no claim is
-// left in progress or needing attention, that every record agrees with the
-// ledger (a booked effect is done with its own result, nothing else is
-// done), that every acknowledged key's record holds the acknowledged bytes,
-// and (b) that Do replays each key in replay with the acknowledged bytes
-// without running anything. It returns the violations it found.
-func verifyStore(ctx context.Context, dir string, ledger map[string][]ledgerLine, acks map[string][32]byte, replay []string, st *verifyStats) ([]string, error) {
-	res := &ledgerResolver{lines: ledger}
-	s, err := idem.Open(dir, &idem.Options{Lease: tortureLease, SweepInterval: -1, Resolver: res})
+// verifyInput is what the parent's check works on.
+type verifyInput struct {
+	Dir    string
+	Ledger map[string][]ledgerLine
+	Acks   map[string][32]byte
+	// Replay names the acknowledged keys Do must replay.
+	Replay []string
+	// Recover has the check settle the orphans through the Resolver and
+	// then require that none is left; without it they are checked and left
+	// for the next child's own recovery, under its traffic.
+	Recover bool
+}
+
+// verifyStore is the parent's check after a child died. It opens the store
+// with a Resolver over the ledger and, with in.Recover, settles every
+// orphaned claim through it. It checks (c) that no claim is left open (with
+// in.Recover) or that each open one was orphaned by the restart and is
+// consistent with the ledger (without it), that every record agrees with
+// the ledger (a booked effect is done with its own result, nothing else is
+// done), that every acknowledged key's record and ledger line hold the
+// acknowledged bytes, and (b) that Do replays each key of in.Replay with the
+// acknowledged bytes without running anything. It returns the violations.
+func verifyStore(ctx context.Context, in verifyInput, st *verifyStats) ([]string, error) {
+	res := &ledgerResolver{lines: in.Ledger}
+	s, err := idem.Open(in.Dir, &idem.Options{Lease: tortureLease, SweepInterval: -1, Resolver: res})
 	if err != nil {
 		return []string{fmt.Sprintf("the store does not reopen after the kill: %v", err)}, nil
 	}
 	var v []string
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
-	rep, err := s.Sweep(ctx)
-	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("sweep: %w", err)
-	}
-	st.Orphans += rep.Stale
-	st.Committed += res.committed
-	st.NotCommitted += res.notCommitted
-	if rep.Stale != rep.Committed+rep.NotCommitted || rep.Unknown+rep.Attention+rep.Unresolved > 0 {
-		bad("recovery left claims unsettled: %+v", rep)
-	}
-	for _, p := range res.problems {
-		bad("resolver: %s", p)
+	if in.Recover {
+		rep, err := s.Sweep(ctx)
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("sweep: %w", err)
+		}
+		st.Orphans = append(st.Orphans, res.asked...)
+		st.Committed += res.committed
+		st.NotCommitted += res.notCommitted
+		if rep.Stale != rep.Committed+rep.NotCommitted || rep.Unknown+rep.Attention+rep.Unresolved > 0 {
+			bad("recovery left claims unsettled: %+v", rep)
+		}
+		for _, p := range res.problems {
+			bad("resolver: %s", p)
+		}
 	}
 	seen := map[string]bool{}
 	err = s.Backend().(idem.Lister).Scan(ctx, func(rec *idem.Record) bool {
@@ -252,7 +273,10 @@ func verifyStore(ctx context.Context, dir string, ledger map[string][]ledgerLine
 			return true
 		}
 		seen[rec.Key] = true
-		for _, p := range checkRecord(rec, ledger[rec.Key], acks) {
+		if !in.Recover && rec.State == idem.StateInProgress {
+			st.Orphans = append(st.Orphans, fmt.Sprintf("%s/%d", rec.Key, rec.Token))
+		}
+		for _, p := range checkRecord(rec, in.Ledger[rec.Key], in.Acks, !in.Recover) {
 			bad("%s", p)
 		}
 		return true
@@ -261,21 +285,21 @@ func verifyStore(ctx context.Context, dir string, ledger map[string][]ledgerLine
 		_ = s.Close()
 		return v, fmt.Errorf("scan: %w", err)
 	}
-	for key := range ledger {
+	for key := range in.Ledger {
 		if !seen[key] {
 			bad("%s: its effect is booked but the store has no record", key)
 		}
 	}
-	for key, ack := range acks {
+	for key, ack := range in.Acks {
 		if !seen[key] {
 			bad("%s: acknowledged, but the store has no record", key)
 		}
-		if l := ledger[key]; len(l) == 0 || l[0].sum != ack {
+		if l := in.Ledger[key]; len(l) == 0 || l[0].sum != ack {
 			bad("%s: acknowledged, but the ledger does not hold the acknowledged result", key)
 		}
 	}
-	for _, key := range replay {
-		v = append(v, replayAcked(ctx, s, key, acks[key])...)
+	for _, key := range in.Replay {
+		v = append(v, replayAcked(ctx, s, key, in.Acks[key])...)
 		st.Replays++
 	}
 	if err := s.Close(); err != nil {
@@ -285,8 +309,10 @@ func verifyStore(ctx context.Context, dir string, ledger map[string][]ledgerLine
 }
 
 // checkRecord compares one record with its key's ledger lines and
-// acknowledgement.
-func checkRecord(rec *idem.Record, lines []ledgerLine, acks map[string][32]byte) []string {
+// acknowledgement. With orphans set, a claim left open is allowed if the
+// restart orphaned it (no lease) and the ledger holds no other claim's
+// effect for its key.
+func checkRecord(rec *idem.Record, lines []ledgerLine, acks map[string][32]byte, orphans bool) []string {
 	var v []string
 	ack, acked := acks[rec.Key]
 	var sum [32]byte
@@ -294,6 +320,13 @@ func checkRecord(rec *idem.Record, lines []ledgerLine, acks map[string][32]byte)
 		sum = sha256.Sum256(rec.Result.Body)
 	}
 	switch {
+	case orphans && rec.State == idem.StateInProgress && !rec.Attention:
+		if !rec.LeaseEnds.IsZero() {
+			v = append(v, fmt.Sprintf("%s/%d: the claim survived the restart with a lease to %s", rec.Key, rec.Token, rec.LeaseEnds))
+		}
+		if len(lines) > 0 && (len(lines) > 1 || lines[0].token != rec.Token) {
+			v = append(v, fmt.Sprintf("%s/%d: claim open, but an earlier claim's effect is booked (token %d)", rec.Key, rec.Token, lines[0].token))
+		}
 	case rec.State == idem.StateInProgress || rec.Attention:
 		v = append(v, fmt.Sprintf("%s/%d left %s (attention %v) after recovery", rec.Key, rec.Token, rec.State, rec.Attention))
 	case len(lines) == 0 && rec.State == idem.StateDone:

@@ -23,6 +23,7 @@ func (r *tortureReport) print(w io.Writer) {
 	row("orphaned claims found after kills", r.Orphans)
 	row("resolved committed (ledger had it)", r.ResolvedCommitted)
 	row("resolved not committed", r.ResolvedNotCommitted)
+	row("  of them resolved by a child, under traffic", r.ResolvedInChildren)
 	row("replays verified after kills (Do ran nothing)", r.ReplaysVerified)
 	row("violations", r.Violations)
 	for _, m := range r.Messages {
