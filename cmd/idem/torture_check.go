@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,7 +246,7 @@ type verifyInput struct {
 // acknowledged bytes without running anything. It returns the violations.
 func verifyStore(ctx context.Context, in verifyInput, st *verifyStats) ([]string, error) {
 	res := &ledgerResolver{lines: in.Ledger}
-	s, err := idem.Open(in.Dir, &idem.Options{Lease: tortureLease, SweepInterval: -1, Resolver: res})
+	s, err := openRecovering(in.Dir, &idem.Options{Lease: tortureLease, SweepInterval: -1, Resolver: res})
 	if err != nil {
 		return []string{fmt.Sprintf("the store does not reopen after the kill: %v", err)}, nil
 	}
@@ -359,4 +360,16 @@ func replayAcked(ctx context.Context, s *idem.Store, key string, ack [32]byte) [
 		return []string{fmt.Sprintf("%s: acknowledged, but Do returned another result (replayed %v)", key, replayed)}
 	}
 	return nil
+}
+
+// openRecovering opens a store and turns a panic inside Open into an
+// error: a store that panics when reopened after a kill is a violation to
+// report with the rest, not the end of the torture.
+func openRecovering(dir string, opts *idem.Options) (s *idem.Store, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("open panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return idem.Open(dir, opts)
 }
