@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +32,9 @@ type tortureConfig struct {
 	// Sample is how many keys acknowledged in earlier cycles Do replays
 	// after each restart, beside every key of the last cycle.
 	Sample int
+	// FullEvery, if positive, makes every FullEvery-th check (and always
+	// the last) a full one: every record, every acknowledged key replayed.
+	FullEvery int
 	// KillAfterAcks, if positive, kills each child right after that many
 	// acknowledgements arrived instead of at a random moment (tests use it:
 	// a kill that surely lands mid-traffic).
@@ -72,10 +74,11 @@ type tortureReport struct {
 	// orphans, in the parent or in a child; ResolvedInChildren those of
 	// the children, under traffic.
 	Orphans, ResolvedCommitted, ResolvedNotCommitted, ResolvedInChildren int
-	// ReplaysVerified counts the parent's Do calls on acknowledged keys.
-	ReplaysVerified int
-	Violations      int      `json:"violations"`
-	Messages        []string `json:"violation_messages,omitempty"`
+	// ReplaysVerified counts the parent's Do calls on acknowledged keys;
+	// FullChecks the checks of every record and acknowledged key.
+	ReplaysVerified, FullChecks int
+	Violations                  int      `json:"violations"`
+	Messages                    []string `json:"violation_messages,omitempty"`
 }
 
 func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -94,7 +97,8 @@ func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&cfg.Keys, "keys", 512, "how many of the latest keys the repeats draw from (3 calls in 5 are repeats)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill schedule and the children's choices (0: from the clock)")
 	fs.StringVar(&kill, "kill-every", "50ms-1.5s", "range of a child's life before its SIGKILL, MIN-MAX")
-	fs.IntVar(&cfg.Sample, "sample", 1000, "earlier acknowledged keys replayed after each kill, beside the last cycle's")
+	fs.IntVar(&cfg.Sample, "sample", 500, "earlier acknowledged keys replayed after each kill, beside the last cycle's")
+	fs.IntVar(&cfg.FullEvery, "full-every", 50, "every N cycles (and at the end) check every record and replay every acknowledged key (0: only at the end)")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: idem torture [flags]")
@@ -237,13 +241,9 @@ func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) 
 		}
 	}
 	if err == nil && rep.Violations == 0 {
-		// The final check: every acknowledged key replays.
-		all := make([]string, 0, len(r.acks))
-		for key := range r.acks {
-			all = append(all, key)
-		}
-		slices.Sort(all)
-		err = r.check(context.WithoutCancel(ctx), all, true)
+		// The final check: every record, every acknowledged key replays.
+		rep.FullChecks++
+		err = r.check(context.WithoutCancel(ctx), nil, nil, true, true)
 	}
 	rep.Elapsed = time.Since(start).Round(time.Millisecond).String()
 	rep.AckedKeys = len(r.acks)
@@ -335,21 +335,25 @@ wait:
 	if strings.Contains(out.String(), "WARNING: DATA RACE") {
 		r.violation("cycle %d: the child saw a data race", r.rep.Cycles)
 	}
-	replay := r.takeReports(got)
+	replay, touched := r.takeReports(got)
 	if r.rep.Violations > 0 {
 		fmt.Fprintf(r.cfg.Stderr, "idem torture: cycle %d child's output:\n%s\n", r.rep.Cycles, out.String())
 	}
 	// Every other cycle the parent leaves the orphans to the next child,
 	// whose sweep and Do calls settle them under its traffic.
-	return r.check(ctx, replay, r.rep.Cycles%2 == 0)
+	full := r.cfg.FullEvery > 0 && r.rep.Cycles%r.cfg.FullEvery == 0
+	if full {
+		r.rep.FullChecks++
+	}
+	return r.check(ctx, replay, touched, r.rep.Cycles%2 == 0, full)
 }
 
 // takeReports counts a dead child's report lines and records its
-// acknowledgements. It returns the keys to replay: every key the child
-// acknowledged and a sample of those acknowledged before.
-func (r *tortureRun) takeReports(got []string) []string {
+// acknowledgements. It returns the keys to replay (every key the child
+// acknowledged and a sample of those acknowledged before) and every key the
+// child reported on.
+func (r *tortureRun) takeReports(got []string) (replay, touched []string) {
 	rep := r.rep
-	var replay []string
 	fresh := map[string]bool{}
 	earlier := len(r.ackList)
 	for _, s := range got {
@@ -360,6 +364,7 @@ func (r *tortureRun) takeReports(got []string) []string {
 		key, arg, _ := strings.Cut(rest, " ")
 		if i, ok := tortureIndex(key); ok {
 			r.base = max(r.base, i+1)
+			touched = append(touched, key)
 		}
 		switch kind {
 		case reportAck:
@@ -419,14 +424,16 @@ func (r *tortureRun) takeReports(got []string) []string {
 			replay = append(replay, key)
 		}
 	}
-	return replay
+	return replay, touched
 }
 
-// check catches up with the ledger and checks the store (verifyStore),
-// replaying the keys given. With recover it settles the orphaned claims
-// itself; without, it leaves them to the next child.
-func (r *tortureRun) check(ctx context.Context, replay []string, recover bool) error {
-	dups, err := r.ledger.catchUp()
+// check catches up with the ledger and checks the store (verifyStore): the
+// records of the keys given and of the new ledger lines, or with full every
+// record; then Do replays the keys given, or with full every acknowledged
+// key. With recover it settles the orphaned claims itself; without, it
+// leaves them to the next child.
+func (r *tortureRun) check(ctx context.Context, replay, touched []string, recover, full bool) error {
+	added, dups, err := r.ledger.catchUp()
 	for _, key := range dups {
 		r.violation("the effect of %s is booked twice: %v", key, r.ledger.lines[key])
 	}
@@ -436,7 +443,8 @@ func (r *tortureRun) check(ctx context.Context, replay []string, recover bool) e
 	r.base = max(r.base, r.ledger.next)
 	var st verifyStats
 	vs, err := verifyStore(ctx, verifyInput{
-		Dir: r.store, Ledger: r.ledger.lines, Acks: r.acks, Replay: replay, Recover: recover,
+		Dir: r.store, Ledger: r.ledger.lines, Acks: r.acks, Check: append(touched, added...), Replay: replay,
+		Recover: recover, Full: full,
 	}, &st)
 	for _, v := range vs {
 		r.violation("cycle %d: %s", r.rep.Cycles, v)

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -119,27 +122,28 @@ func newLedgerIndex(path string) *ledgerIndex {
 // catchUp parses what was appended since the last call. No child may run.
 // An unterminated last line is an effect the kill interrupted before its
 // sync returned, so before Do's function could return: the downstream never
-// finished it, and it is cut off. It returns the keys booked a second time.
-func (l *ledgerIndex) catchUp() (dups []string, err error) {
+// finished it, and it is cut off. It returns the keys of the new lines, and
+// those booked a second time.
+func (l *ledgerIndex) catchUp() (added, dups []string, err error) {
 	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	if _, err := f.Seek(l.off, io.SeekStart); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := bytes.LastIndexByte(data, '\n') + 1
 	if n < len(data) {
 		if err := f.Truncate(l.off + int64(n)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := f.Sync(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, s := range strings.SplitAfter(string(data[:n]), "\n") {
@@ -148,10 +152,11 @@ func (l *ledgerIndex) catchUp() (dups []string, err error) {
 		}
 		key, line, err := parseLedgerLine(strings.TrimSuffix(s, "\n"), true)
 		if err != nil {
-			return dups, err
+			return added, dups, err
 		}
 		l.lines[key] = append(l.lines[key], line)
 		l.total++
+		added = append(added, key)
 		if i, _ := tortureIndex(key); i >= l.next {
 			l.next = i + 1
 		}
@@ -160,7 +165,7 @@ func (l *ledgerIndex) catchUp() (dups []string, err error) {
 		}
 	}
 	l.off += int64(n)
-	return dups, nil
+	return added, dups, nil
 }
 
 // ledgerResolver decides stale claims from a ledger: committed with the
@@ -175,7 +180,6 @@ type ledgerResolver struct {
 	lines                   map[string][]ledgerLine
 	committed, notCommitted int
 	problems                []string
-	asked                   []string // "key/token" of every claim resolved
 	onVerdict               func(key string, committed bool)
 }
 
@@ -183,7 +187,6 @@ var errImpossibleClaim = errors.New("torture: a claim exists for a key whose eff
 
 func (r *ledgerResolver) Resolve(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 	r.mu.Lock()
-	r.asked = append(r.asked, fmt.Sprintf("%s/%d", rec.Key, rec.Token))
 	lines := r.lines[rec.Key]
 	var res idem.Resolution
 	var err error
@@ -227,86 +230,168 @@ type verifyInput struct {
 	Dir    string
 	Ledger map[string][]ledgerLine
 	Acks   map[string][32]byte
-	// Replay names the acknowledged keys Do must replay.
-	Replay []string
+	// Check names the keys whose records are checked (beside the open
+	// claims); Replay the acknowledged keys Do must replay.
+	Check, Replay []string
+	// Full checks every record (a scan) and replays every acknowledged
+	// key instead.
+	Full bool
 	// Recover has the check settle the orphans through the Resolver and
 	// then require that none is left; without it they are checked and left
 	// for the next child's own recovery, under its traffic.
 	Recover bool
 }
 
+// farFuture makes Backend.Stale list every open claim.
+const farFuture = 24 * time.Hour
+
 // verifyStore is the parent's check after a child died. It opens the store
-// with a Resolver over the ledger and, with in.Recover, settles every
-// orphaned claim through it. It checks (c) that no claim is left open (with
-// in.Recover) or that each open one was orphaned by the restart and is
-// consistent with the ledger (without it), that every record agrees with
-// the ledger (a booked effect is done with its own result, nothing else is
-// done), that every acknowledged key's record and ledger line hold the
-// acknowledged bytes, and (b) that Do replays each key of in.Replay with the
-// acknowledged bytes without running anything. It returns the violations.
-func verifyStore(ctx context.Context, in verifyInput, st *verifyStats) ([]string, error) {
+// with a Resolver over the ledger and checks that every open claim was
+// orphaned by the restart; with in.Recover it settles them through the
+// Resolver and checks (c) that none is left. It checks that the records of
+// in.Check (or all, with in.Full) agree with the ledger (a booked effect is
+// done with its own result, nothing else is done) and that acknowledged
+// keys' records and ledger lines hold the acknowledged bytes; and (b) that
+// Do replays each key of in.Replay (or every acknowledged key, with
+// in.Full) with the acknowledged bytes, running nothing. It returns the
+// violations.
+func verifyStore(ctx context.Context, in verifyInput, st *verifyStats) (v []string, err error) {
 	res := &ledgerResolver{lines: in.Ledger}
 	s, err := openRecovering(in.Dir, &idem.Options{Lease: tortureLease, SweepInterval: -1, Resolver: res})
 	if err != nil {
 		return []string{fmt.Sprintf("the store does not reopen after the kill: %v", err)}, nil
 	}
-	var v []string
+	defer func() {
+		if cerr := s.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close: %w", cerr)
+		}
+	}()
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
+	open, err := s.Backend().Stale(ctx, time.Now().Add(farFuture), 1<<20)
+	if err != nil {
+		return v, fmt.Errorf("open claims: %w", err)
+	}
+	check := append([]string(nil), in.Check...)
+	for _, rec := range open {
+		st.Orphans = append(st.Orphans, fmt.Sprintf("%s/%d", rec.Key, rec.Token))
+		check = append(check, rec.Key)
+	}
 	if in.Recover {
-		rep, err := s.Sweep(ctx)
-		if err != nil {
-			_ = s.Close()
-			return nil, fmt.Errorf("sweep: %w", err)
-		}
-		st.Orphans = append(st.Orphans, res.asked...)
-		st.Committed += res.committed
-		st.NotCommitted += res.notCommitted
-		if rep.Stale != rep.Committed+rep.NotCommitted || rep.Unknown+rep.Attention+rep.Unresolved > 0 {
-			bad("recovery left claims unsettled: %+v", rep)
-		}
-		for _, p := range res.problems {
-			bad("resolver: %s", p)
+		if err := recoverOrphans(ctx, s, res, st, bad); err != nil {
+			return v, err
 		}
 	}
+	if in.Full {
+		err = checkAll(ctx, s, in, bad)
+	} else {
+		err = checkKeys(ctx, s, in, check, bad)
+	}
+	if err != nil {
+		return v, err
+	}
+	replay := in.Replay
+	if in.Full {
+		replay = slices.Sorted(maps.Keys(in.Acks))
+	}
+	for _, key := range replay {
+		v = append(v, replayAcked(ctx, s, key, in.Acks[key])...)
+		st.Replays++
+	}
+	return v, nil
+}
+
+// recoverOrphans settles every open claim through the Resolver and checks
+// that none is left open.
+func recoverOrphans(ctx context.Context, s *idem.Store, res *ledgerResolver, st *verifyStats, bad func(string, ...any)) error {
+	rep, err := s.Sweep(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	st.Committed += res.committed
+	st.NotCommitted += res.notCommitted
+	if rep.Stale != rep.Committed+rep.NotCommitted || rep.Unknown+rep.Attention+rep.Unresolved > 0 {
+		bad("recovery left claims unsettled: %+v", rep)
+	}
+	for _, p := range res.problems {
+		bad("resolver: %s", p)
+	}
+	left, err := s.Backend().Stale(ctx, time.Now().Add(farFuture), 1<<20)
+	if err != nil {
+		return fmt.Errorf("open claims: %w", err)
+	}
+	for _, rec := range left {
+		bad("%s/%d left in progress after recovery", rec.Key, rec.Token)
+	}
+	return nil
+}
+
+// checkKeys checks the records of keys, and the ledger lines of those
+// acknowledged.
+func checkKeys(ctx context.Context, s *idem.Store, in verifyInput, keys []string, bad func(string, ...any)) error {
+	done := map[string]bool{}
+	for _, key := range keys {
+		if done[key] {
+			continue
+		}
+		done[key] = true
+		rec, err := s.Get(ctx, tortureScope, key)
+		switch {
+		case errors.Is(err, idem.ErrNotFound):
+			rec = nil
+		case err != nil:
+			return fmt.Errorf("get %s: %w", key, err)
+		}
+		checkPresence(key, rec != nil, in, bad)
+		if rec != nil {
+			for _, p := range checkRecord(rec, in.Ledger[key], in.Acks, !in.Recover) {
+				bad("%s", p)
+			}
+		}
+	}
+	return nil
+}
+
+// checkAll checks every record, and that every booked or acknowledged key
+// has one.
+func checkAll(ctx context.Context, s *idem.Store, in verifyInput, bad func(string, ...any)) error {
 	seen := map[string]bool{}
-	err = s.Backend().(idem.Lister).Scan(ctx, func(rec *idem.Record) bool {
+	err := s.Backend().(idem.Lister).Scan(ctx, func(rec *idem.Record) bool {
 		if rec.Scope != tortureScope {
 			return true
 		}
 		seen[rec.Key] = true
-		if !in.Recover && rec.State == idem.StateInProgress {
-			st.Orphans = append(st.Orphans, fmt.Sprintf("%s/%d", rec.Key, rec.Token))
-		}
 		for _, p := range checkRecord(rec, in.Ledger[rec.Key], in.Acks, !in.Recover) {
 			bad("%s", p)
 		}
 		return true
 	})
 	if err != nil {
-		_ = s.Close()
-		return v, fmt.Errorf("scan: %w", err)
+		return fmt.Errorf("scan: %w", err)
 	}
 	for key := range in.Ledger {
-		if !seen[key] {
-			bad("%s: its effect is booked but the store has no record", key)
+		if _, acked := in.Acks[key]; !acked {
+			checkPresence(key, seen[key], in, bad)
 		}
 	}
-	for key, ack := range in.Acks {
-		if !seen[key] {
-			bad("%s: acknowledged, but the store has no record", key)
-		}
-		if l := in.Ledger[key]; len(l) == 0 || l[0].sum != ack {
-			bad("%s: acknowledged, but the ledger does not hold the acknowledged result", key)
-		}
+	for key := range in.Acks {
+		checkPresence(key, seen[key], in, bad)
 	}
-	for _, key := range in.Replay {
-		v = append(v, replayAcked(ctx, s, key, in.Acks[key])...)
-		st.Replays++
+	return nil
+}
+
+// checkPresence checks that a booked or acknowledged key has a record, and
+// that an acknowledged key's ledger line holds the acknowledged result.
+func checkPresence(key string, found bool, in verifyInput, bad func(string, ...any)) {
+	ack, acked := in.Acks[key]
+	if !found && len(in.Ledger[key]) > 0 {
+		bad("%s: its effect is booked but the store has no record", key)
 	}
-	if err := s.Close(); err != nil {
-		return v, fmt.Errorf("close: %w", err)
+	if !found && acked {
+		bad("%s: acknowledged, but the store has no record", key)
 	}
-	return v, nil
+	if l := in.Ledger[key]; acked && (len(l) == 0 || l[0].sum != ack) {
+		bad("%s: acknowledged, but the ledger does not hold the acknowledged result", key)
+	}
 }
 
 // checkRecord compares one record with its key's ledger lines and

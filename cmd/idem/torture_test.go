@@ -34,7 +34,7 @@ func TestTorture_Child(t *testing.T) {
 func TestRunTorture(t *testing.T) {
 	var stderr bytes.Buffer
 	cfg := tortureConfig{
-		Cycles: 3, Dir: t.TempDir(), Workers: 8, Keys: 64, Seed: 5, Sample: 50,
+		Cycles: 3, Dir: t.TempDir(), Workers: 8, Keys: 64, Seed: 5, Sample: 50, FullEvery: 2,
 		// Each child dies right after its 300th acknowledgement, with its
 		// other workers inside Do; KillMax only guards against a hung child.
 		KillAfterAcks: 300, KillMin: time.Minute, KillMax: time.Minute,
@@ -55,7 +55,8 @@ func TestRunTorture(t *testing.T) {
 	// The parent resolves every orphan it finds; the children resolve
 	// those their sweeps reach first.
 	require.GreaterOrEqual(t, rep.ResolvedCommitted+rep.ResolvedNotCommitted, rep.Orphans)
-	// The final check replayed every acknowledged key.
+	// The second check and the final one replayed every acknowledged key.
+	require.Equal(t, 2, rep.FullChecks)
 	require.GreaterOrEqual(t, rep.ReplaysVerified, rep.AckedKeys)
 	require.Positive(t, rep.AckedKeys)
 }
@@ -108,16 +109,27 @@ func tortureAcks(keyTokens map[string]uint64) map[string][32]byte {
 }
 
 // TestVerifyStore_Violations feeds the parent's check stores and ledgers
-// that break each rule, and a sound one: the check can fail.
+// that break each rule, and a sound one: the check can fail, both the
+// per-cycle one (the keys a child touched) and the full one.
 func TestVerifyStore_Violations(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(fmt.Sprintf("full=%v", full), func(t *testing.T) { testVerifyStore(t, full) })
+	}
+}
+
+func testVerifyStore(t *testing.T, full bool) {
 	ctx := context.Background()
+	// Every key the cases use: the per-cycle check looks at the keys it
+	// is given (those a child reported on and new ledger lines).
+	touched := []string{"t-1", "t-2", "t-3", "t-5", "t-6"}
 	check := func(t *testing.T, dir, ledger string, acks map[string][32]byte, replay ...string) ([]string, []string, verifyStats) {
 		t.Helper()
 		idx := newLedgerIndex(ledger)
-		dups, err := idx.catchUp()
+		_, dups, err := idx.catchUp()
 		require.NoError(t, err)
 		var st verifyStats
-		v, err := verifyStore(ctx, verifyInput{Dir: dir, Ledger: idx.lines, Acks: acks, Replay: replay, Recover: true}, &st)
+		v, err := verifyStore(ctx, verifyInput{Dir: dir, Ledger: idx.lines, Acks: acks, Check: touched, Replay: replay,
+			Recover: true, Full: full}, &st)
 		require.NoError(t, err)
 		return dups, v, st
 	}
@@ -192,7 +204,7 @@ func TestVerifyStore_Violations(t *testing.T) {
 		dir, ledger := tortureStore(t, "t-1")
 		token := leaveClaim(t, dir, "t-7")
 		idx := newLedgerIndex(ledger)
-		_, err := idx.catchUp()
+		_, _, err := idx.catchUp()
 		require.NoError(t, err)
 		var st verifyStats
 		v, err := verifyStore(ctx, verifyInput{Dir: dir, Ledger: idx.lines}, &st)
@@ -201,7 +213,7 @@ func TestVerifyStore_Violations(t *testing.T) {
 		require.Equal(t, []string{fmt.Sprintf("t-7/%d", token)}, st.Orphans)
 
 		appendLedger(t, ledger, "t-7", token+5)
-		_, err = idx.catchUp()
+		_, _, err = idx.catchUp()
 		require.NoError(t, err)
 		v, err = verifyStore(ctx, verifyInput{Dir: dir, Ledger: idx.lines}, &st)
 		require.NoError(t, err)
@@ -227,17 +239,18 @@ func leaveClaim(t *testing.T, dir, key string) uint64 {
 func TestTortureRun_TakeReports(t *testing.T) {
 	r := &tortureRun{cfg: tortureConfig{Sample: 10}, rep: &tortureReport{}, acks: map[string][32]byte{}, rng: rand.New(rand.NewPCG(1, 2))}
 	a, b := sha256.Sum256([]byte("a")), sha256.Sum256([]byte("b"))
-	replay := r.takeReports([]string{
+	replay, touched := r.takeReports([]string{
 		"o", "a t-1 x " + hex.EncodeToString(a[:]), "a t-1 r " + hex.EncodeToString(a[:]),
 		"f t-7", "b t-2", "c t-3 1", "c t-4 0",
 	})
 	require.Equal(t, []string{"t-1"}, replay)
+	require.Equal(t, []string{"t-1", "t-1", "t-7", "t-2", "t-3", "t-4"}, touched)
 	require.Zero(t, r.rep.Violations)
 	require.Equal(t, 8, r.base)
 	require.Equal(t, tortureReport{DoCalls: 4, Executed: 1, Replayed: 1, Failed: 1, Busy: 1, Acks: 2,
 		ResolvedCommitted: 1, ResolvedNotCommitted: 1, ResolvedInChildren: 2}, *r.rep)
 
-	r.takeReports([]string{"a t-1 r " + hex.EncodeToString(b[:]), "v t-9: Do: boom"})
+	_, _ = r.takeReports([]string{"a t-1 r " + hex.EncodeToString(b[:]), "v t-9: Do: boom"})
 	require.Equal(t, 2, r.rep.Violations)
 	require.Equal(t, []string{"t-1: acknowledged with two different results", "child: t-9: Do: boom"}, r.rep.Messages)
 }
@@ -249,9 +262,10 @@ func TestLedgerIndex_TornTail(t *testing.T) {
 	whole := fmt.Sprintf("t-1 5 %d\n", len(tortureBody("t-1", 5)))
 	require.NoError(t, os.WriteFile(path, []byte(whole+"t-2 7 4"), 0o644))
 	idx := newLedgerIndex(path)
-	dups, err := idx.catchUp()
+	added, dups, err := idx.catchUp()
 	require.NoError(t, err)
 	require.Empty(t, dups)
+	require.Equal(t, []string{"t-1"}, added)
 	require.Equal(t, 1, idx.total)
 	require.Equal(t, 2, idx.next)
 	data, err := os.ReadFile(path)
@@ -259,13 +273,13 @@ func TestLedgerIndex_TornTail(t *testing.T) {
 	require.Equal(t, whole, string(data))
 
 	appendLedger(t, path, "t-1", 6)
-	dups, err = idx.catchUp()
+	_, dups, err = idx.catchUp()
 	require.NoError(t, err)
 	require.Equal(t, []string{"t-1"}, dups)
 	require.Len(t, idx.lines["t-1"], 2)
 
 	require.NoError(t, os.WriteFile(path, []byte("t-1 5 3\n"), 0o644))
-	_, err = newLedgerIndex(path).catchUp()
+	_, _, err = newLedgerIndex(path).catchUp()
 	require.ErrorContains(t, err, "the result has")
 }
 
