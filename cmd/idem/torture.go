@@ -345,7 +345,8 @@ wait:
 	if full {
 		r.rep.FullChecks++
 	}
-	return r.check(ctx, replay, touched, r.rep.Cycles%2 == 0, full)
+	// An interrupt ends the run after this check, which must still run whole.
+	return r.check(context.WithoutCancel(ctx), replay, touched, r.rep.Cycles%2 == 0, full)
 }
 
 // takeReports counts a dead child's report lines and records its
