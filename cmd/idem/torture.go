@@ -62,23 +62,33 @@ type tortureReport struct {
 	// Executed ran the effect, Replayed answered with a saved result,
 	// Failed had an injected effect failure (released), Busy met another
 	// holder, Unknown met ErrOutcomeUnknown.
-	DoCalls, Executed, Replayed, Failed, Busy, Unknown int
+	DoCalls  int `json:"do_calls"`
+	Executed int `json:"executed"`
+	Replayed int `json:"replayed"`
+	Failed   int `json:"failed"`
+	Busy     int `json:"busy"`
+	Unknown  int `json:"unknown"`
 	// Executions counts the effects booked in the ledger: Executed, plus
 	// those a kill caught between the booking and the report.
 	Executions int `json:"executions"`
 	// AckedKeys counts the distinct keys acknowledged; Acks every
 	// acknowledgement.
-	AckedKeys, Acks int
+	AckedKeys int `json:"acknowledged_keys"`
+	Acks      int `json:"acks"`
 	// Orphans counts the distinct claims found open after a kill;
 	// ResolvedCommitted and ResolvedNotCommitted the Resolver's verdicts on
 	// orphans, in the parent or in a child; ResolvedInChildren those of
 	// the children, under traffic.
-	Orphans, ResolvedCommitted, ResolvedNotCommitted, ResolvedInChildren int
+	Orphans              int `json:"orphans"`
+	ResolvedCommitted    int `json:"resolved_committed"`
+	ResolvedNotCommitted int `json:"resolved_not_committed"`
+	ResolvedInChildren   int `json:"resolved_in_children"`
 	// ReplaysVerified counts the parent's Do calls on acknowledged keys;
 	// FullChecks the checks of every record and acknowledged key.
-	ReplaysVerified, FullChecks int
-	Violations                  int      `json:"violations"`
-	Messages                    []string `json:"violation_messages,omitempty"`
+	ReplaysVerified int      `json:"replays_verified"`
+	FullChecks      int      `json:"full_checks"`
+	Violations      int      `json:"violations"`
+	Messages        []string `json:"violation_messages,omitempty"`
 }
 
 func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
