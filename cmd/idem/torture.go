@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,8 @@ type tortureConfig struct {
 	Dir              string
 	Workers, Keys    int
 	Seed             uint64
+	// KillMin and KillMax bound how long a child runs after its store
+	// opened (in one cycle in five: after it started) before its SIGKILL.
 	KillMin, KillMax time.Duration
 	// Sample is how many keys acknowledged in earlier cycles Do replays
 	// after each restart, beside every key of the last cycle.
@@ -106,7 +109,7 @@ func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&cfg.Workers, "workers", 16, "goroutines calling Do in the child")
 	fs.IntVar(&cfg.Keys, "keys", 512, "how many of the latest keys the repeats draw from (3 calls in 5 are repeats)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill schedule and the children's choices (0: from the clock)")
-	fs.StringVar(&kill, "kill-every", "50ms-1.5s", "range of a child's life before its SIGKILL, MIN-MAX")
+	fs.StringVar(&kill, "kill-every", "50ms-1.5s", "MIN-MAX: how long a child runs after its store opened before its SIGKILL (one in five is timed from its start)")
 	fs.IntVar(&cfg.Sample, "sample", 500, "earlier acknowledged keys replayed after each kill, beside the last cycle's")
 	fs.IntVar(&cfg.FullEvery, "full-every", 50, "every N cycles (and at the end) check every record and replay every acknowledged key (0: only at the end)")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
@@ -263,79 +266,18 @@ func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) 
 
 // cycle starts a child, kills it, and checks what it left.
 func (r *tortureRun) cycle(ctx context.Context) error {
-	child, err := json.Marshal(tortureChildConfig{
-		Dir: r.store, Ledger: r.ledger.path, Workers: r.cfg.Workers, Window: r.cfg.Keys, Base: r.base,
-		Seed: r.rng.Uint64(), Lifetime: 10*r.cfg.KillMax + time.Minute,
-	})
+	cmd, lines, out, err := r.startChild()
 	if err != nil {
 		return err
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(r.cfg.Child[0], r.cfg.Child[1:]...)
-	cmd.Env = append(os.Environ(), tortureChildEnv+"="+string(child))
-	var out tailBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.ExtraFiles = []*os.File{pw}
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return err
-	}
-	pw.Close() // the child holds the only writer: its death ends the reports
 	r.rep.Cycles++
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		defer pr.Close()
-		br := bufio.NewReaderSize(pr, 64<<10)
-		for {
-			s, err := br.ReadString('\n')
-			if err != nil {
-				return // a last line without its newline was cut by the kill: not reported
-			}
-			lines <- strings.TrimSuffix(s, "\n")
-		}
-	}()
-	var got []string
-	opened := false
-	collect := func(s string) {
-		got = append(got, s)
-		if s == string(reportOpened) {
-			opened = true
-		}
-	}
-	timer := time.NewTimer(r.cfg.KillMin + time.Duration(r.rng.Int64N(int64(r.cfg.KillMax-r.cfg.KillMin)+1)))
-	acks := 0
-wait:
-	for {
-		select {
-		case s, ok := <-lines:
-			if !ok {
-				break wait // the child died on its own
-			}
-			collect(s)
-			if s != "" && s[0] == reportAck {
-				acks++
-				if r.cfg.KillAfterAcks > 0 && acks >= r.cfg.KillAfterAcks {
-					break wait
-				}
-			}
-		case <-timer.C:
-			break wait // with KillAfterAcks, a guard against a child that hangs
-		case <-ctx.Done():
-			break wait
-		}
-	}
-	timer.Stop()
+	got := r.awaitKill(ctx, lines)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	for s := range lines {
-		collect(s)
+		got = append(got, s)
 	}
-	if !opened {
+	if !slices.Contains(got, string(reportOpened)) {
 		r.rep.KilledBeforeOpen++
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -357,6 +299,89 @@ wait:
 	}
 	// An interrupt ends the run after this check, which must still run whole.
 	return r.check(context.WithoutCancel(ctx), replay, touched, r.rep.Cycles%2 == 0, full)
+}
+
+// startChild starts a child and returns its report lines (the channel is
+// closed when the child is gone; a last line the kill cut is dropped) and
+// its output.
+func (r *tortureRun) startChild() (*exec.Cmd, <-chan string, *tailBuffer, error) {
+	child, err := json.Marshal(tortureChildConfig{
+		Dir: r.store, Ledger: r.ledger.path, Workers: r.cfg.Workers, Window: r.cfg.Keys, Base: r.base,
+		Seed: r.rng.Uint64(), Lifetime: 10*r.cfg.KillMax + 2*tortureHangGuard,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := exec.Command(r.cfg.Child[0], r.cfg.Child[1:]...)
+	cmd.Env = append(os.Environ(), tortureChildEnv+"="+string(child))
+	out := &tailBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{pw}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, nil, nil, err
+	}
+	pw.Close() // the child holds the only writer: its death ends the reports
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		defer pr.Close()
+		br := bufio.NewReaderSize(pr, 64<<10)
+		for {
+			s, err := br.ReadString('\n')
+			if err != nil {
+				return // a last line without its newline was cut by the kill: not reported
+			}
+			lines <- strings.TrimSuffix(s, "\n")
+		}
+	}()
+	return cmd, lines, out, nil
+}
+
+// tortureHangGuard only turns a child that never opens its store into a
+// kill (and the check then finds why), instead of a run that waits forever.
+const tortureHangGuard = 2 * time.Minute
+
+// awaitKill collects a child's reports until it is time to kill it: a
+// random moment in the kill range after its store opened or, in one cycle
+// in five, after it started (to land in Open and its recovery); with
+// KillAfterAcks, right after that many acknowledgements.
+func (r *tortureRun) awaitKill(ctx context.Context, lines <-chan string) []string {
+	delay := r.cfg.KillMin + time.Duration(r.rng.Int64N(int64(r.cfg.KillMax-r.cfg.KillMin)+1))
+	fromStart := r.cfg.KillAfterAcks <= 0 && r.rng.IntN(5) == 0
+	timer := time.NewTimer(tortureHangGuard)
+	if fromStart {
+		timer.Reset(delay)
+	}
+	defer timer.Stop()
+	var got []string
+	acks := 0
+	for {
+		select {
+		case s, ok := <-lines:
+			if !ok {
+				return got // the child died on its own
+			}
+			got = append(got, s)
+			switch {
+			case s == string(reportOpened) && !fromStart && r.cfg.KillAfterAcks <= 0:
+				timer.Reset(delay)
+			case s != "" && s[0] == reportAck:
+				if acks++; r.cfg.KillAfterAcks > 0 && acks >= r.cfg.KillAfterAcks {
+					return got
+				}
+			}
+		case <-timer.C:
+			return got
+		case <-ctx.Done():
+			return got
+		}
+	}
 }
 
 // takeReports counts a dead child's report lines and records its

@@ -36,8 +36,8 @@ func TestRunTorture(t *testing.T) {
 	cfg := tortureConfig{
 		Cycles: 3, Dir: t.TempDir(), Workers: 8, Keys: 64, Seed: 5, Sample: 50, FullEvery: 2,
 		// Each child dies right after its 300th acknowledgement, with its
-		// other workers inside Do; KillMax only guards against a hung child.
-		KillAfterAcks: 300, KillMin: time.Minute, KillMax: time.Minute,
+		// other workers inside Do.
+		KillAfterAcks: 300, KillMin: time.Millisecond, KillMax: time.Millisecond,
 		Child:  []string{os.Args[0], "-test.run=^TestTorture_Child$", "-test.count=1"},
 		Stderr: &stderr,
 	}
