@@ -26,9 +26,9 @@ type tortureConfig struct {
 	Cycles int
 	// Dir holds the store and the ledger; "" means a temporary directory,
 	// removed afterwards unless a violation was found.
-	Dir              string
-	Workers, Keys    int
-	Seed             uint64
+	Dir           string
+	Workers, Keys int
+	Seed          uint64
 	// KillMin and KillMax bound how long a child runs after its store
 	// opened (in one cycle in five: after it started) before its SIGKILL.
 	KillMin, KillMax time.Duration

@@ -25,7 +25,7 @@ func (r *tortureReport) print(w io.Writer) {
 	row("resolved not committed", r.ResolvedNotCommitted)
 	row("  of them resolved by a child, under traffic", r.ResolvedInChildren)
 	row("replays verified after kills (Do ran nothing)", r.ReplaysVerified)
-	row("full checks (every record and acknowledged key)", r.FullChecks)
+	row("full checks (all records, all acknowledged)", r.FullChecks)
 	row("violations", r.Violations)
 	for _, m := range r.Messages {
 		fmt.Fprintf(w, "  %s\n", m)
