@@ -105,7 +105,7 @@ func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	var asJSON bool
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to run")
 	fs.IntVar(&cfg.Cycles, "cycles", 0, "stop after this many kills instead (0: run for -duration)")
-	fs.StringVar(&cfg.Dir, "dir", "", "directory for the store and the ledger (default: a temporary one, removed unless a violation was found)")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for the store and the ledger (default: a temporary one, removed unless something failed)")
 	fs.IntVar(&cfg.Workers, "workers", 16, "goroutines calling Do in the child")
 	fs.IntVar(&cfg.Keys, "keys", 512, "how many of the latest keys the repeats draw from (3 calls in 5 are repeats)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill schedule and the children's choices (0: from the clock)")
@@ -211,10 +211,10 @@ type tortureRun struct {
 
 // runTorture kills and restarts children until the time or the cycles are
 // up, or a check fails, then checks once more, replaying every
-// acknowledged key.
-func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) {
+// acknowledged key. A temporary directory is kept if anything failed.
+func runTorture(ctx context.Context, cfg tortureConfig) (rep *tortureReport, err error) {
 	start := time.Now()
-	rep := &tortureReport{Seed: cfg.Seed, Workers: cfg.Workers, Keys: cfg.Keys}
+	rep = &tortureReport{Seed: cfg.Seed, Workers: cfg.Workers, Keys: cfg.Keys}
 	dir := cfg.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "idem-torture-")
@@ -223,7 +223,7 @@ func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) 
 		}
 		dir = tmp
 		defer func() {
-			if rep.Violations == 0 {
+			if rep.Violations == 0 && err == nil {
 				_ = os.RemoveAll(tmp)
 			}
 		}()
@@ -244,7 +244,6 @@ func runTorture(ctx context.Context, cfg tortureConfig) (*tortureReport, error) 
 		acks: map[string][32]byte{}, orphans: map[string]bool{},
 	}
 	deadline := start.Add(cfg.Duration)
-	var err error
 	for ctx.Err() == nil && rep.Violations == 0 {
 		if cfg.Cycles > 0 && rep.Cycles >= cfg.Cycles || cfg.Cycles <= 0 && !time.Now().Before(deadline) {
 			break
