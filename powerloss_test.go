@@ -49,13 +49,13 @@ const (
 // The writer's rounds: big results (3 of 4 expire at the end of their
 // round) and small ones, then expiry, a sweep and value-log GC.
 const (
-	plBigPerRound     = 48
+	plBigPerRound     = 32
 	plEphemeral       = time.Hour         // the retention of the big results that expire
 	plKeep            = 10000 * time.Hour // the retention of everything else
 	plRoundStep       = 2 * time.Hour     // the writer's clock moves this much a round
-	plCheckpointEvery = 3                 // rounds between a close and reopen
+	plCheckpointEvery = 2                 // rounds between a close and reopen
 	plMaxRounds       = 60                // without a GC that rewrote by then, the test fails
-	plDefaultSnaps    = 3
+	plDefaultSnaps    = 2
 )
 
 // powerLossStart is the writer's clock at its start. The check opens the
@@ -67,7 +67,7 @@ func powerLossStart() time.Time { return time.Date(2026, 5, 1, 0, 0, 0, 0, time.
 // so that flushes, compactions and GC come within a few rounds.
 func powerLossOptions(clk idem.Clock) *idem.Options {
 	return &idem.Options{Clock: clk, SweepInterval: -1, CloseTimeout: time.Second,
-		Badger: idem.BadgerOptions{MemTableSize: 256 << 10, Tune: func(bo *badger.Options) {
+		Badger: idem.BadgerOptions{MemTableSize: 128 << 10, Tune: func(bo *badger.Options) {
 			bo.ValueLogFileSize = 1 << 20
 		}}}
 }
@@ -106,14 +106,14 @@ func TestPowerLoss(t *testing.T) {
 	w := startPowerLossWriter(t, mnt, seed)
 	// loopExt4 keeps its image beside the mount point.
 	p := &powerLoss{t: t, w: w, img: filepath.Join(filepath.Dir(mnt), "fs.img"), mnt: mnt, work: t.TempDir()}
-	nextStop := 20 + rng.IntN(200)
+	nextStop := 40 + rng.IntN(400)
 	for p.snaps < want || p.gcSnaps == 0 || p.ckptSnaps == 0 {
 		ev := w.next()
 		switch {
 		case ev == "a":
 			if nextStop--; nextStop == 0 {
 				p.snapshot("while writing")
-				nextStop = 20 + rng.IntN(200)
+				nextStop = 40 + rng.IntN(400)
 			}
 		case strings.HasPrefix(ev, "gc "):
 			p.rounds++
