@@ -32,9 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
@@ -46,31 +44,11 @@ const (
 	powerLossEnvSnaps = "IDEM_POWERLOSS_SNAPSHOTS" // in the parent: how many snapshots at least
 )
 
-// The writer's rounds: big results (3 of 4 expire at the end of their
-// round) and small ones, then expiry, a sweep and value-log GC.
 const (
-	plBigPerRound     = 32
-	plEphemeral       = time.Hour         // the retention of the big results that expire
-	plKeep            = 10000 * time.Hour // the retention of everything else
-	plRoundStep       = 2 * time.Hour     // the writer's clock moves this much a round
-	plCheckpointEvery = 2                 // rounds between a close and reopen
-	plMaxRounds       = 60                // without a GC that rewrote by then, the test fails
+	plCheckpointEvery = 2  // rounds between a close and reopen
+	plMaxRounds       = 60 // without a GC that rewrote by then, the test fails
 	plDefaultSnaps    = 2
 )
-
-// powerLossStart is the writer's clock at its start. The check opens the
-// copies with a clock there too, so that every record the writer did not
-// expire is live.
-func powerLossStart() time.Time { return time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC) }
-
-// powerLossOptions are the writer's: small memtables and value-log files,
-// so that flushes, compactions and GC come within a few rounds.
-func powerLossOptions(clk idem.Clock) *idem.Options {
-	return &idem.Options{Clock: clk, SweepInterval: -1, CloseTimeout: time.Second,
-		Badger: idem.BadgerOptions{MemTableSize: 128 << 10, Tune: func(bo *badger.Options) {
-			bo.ValueLogFileSize = 1 << 20
-		}}}
-}
 
 // TestPowerLoss: every acknowledged Durable result survives a power cut,
 // including one right after value-log GC and one right after a
@@ -180,9 +158,6 @@ func (p *powerLoss) snapshot(when string) {
 	}
 }
 
-// errRanAgain is the check's effect: a result that does not replay runs it.
-var errRanAgain = errors.New("the effect ran again: the result was lost")
-
 // checkSnapshot repairs the image as a boot would (e2fsck replays the
 // journal), mounts it and replays every acknowledged key. It returns what
 // failed, one line a key.
@@ -241,29 +216,12 @@ func powerLossChild(t *testing.T, dir string) {
 		return err == nil && line == "go\n"
 	}
 	for round := 0; ; round++ {
-		for i := range plBigPerRound {
-			kind, ret := "e", plEphemeral
-			if i%4 == 0 {
-				kind, ret = "k", plKeep
-			}
-			plDo(t, s, fmt.Sprintf("%s-%d-%d", kind, round, i), ret, randomBody(rng, 16<<10+1+rng.IntN(24<<10)))
+		writeGCRound(t, s, rng, round, func(key string, body []byte) {
+			fmt.Printf("ack %s %x\n", key, sha256.Sum256(body))
 			tell("a")
-			plDo(t, s, fmt.Sprintf("s-%d-%d", round, i), plKeep, randomBody(rng, 512+rng.IntN(6<<10)))
-			tell("a")
-		}
+		})
 		fmt.Printf("expire %d\n", round)
-		clk.Advance(plRoundStep)
-		_, err := s.Sweep(bg)
-		require.NoError(t, err)
-		before := valueLogs(t, dir)
-		require.NoError(t, s.Backend().(idem.Maintainer).Maintain(bg))
-		gone := 0
-		after := valueLogs(t, dir)
-		for name := range before {
-			if !after[name] {
-				gone++
-			}
-		}
+		gone := collectGCRound(t, s, clk, dir)
 		if !pause(fmt.Sprintf("gc %d", gone)) {
 			return
 		}
@@ -276,34 +234,4 @@ func powerLossChild(t *testing.T, dir string) {
 			require.NoError(t, err)
 		}
 	}
-}
-
-// plDo runs key's effect, which returns body, and prints the
-// acknowledgement.
-func plDo(t *testing.T, s *idem.Store, key string, ret time.Duration, body []byte) {
-	_, replayed, err := s.Do(bg, idem.Request{Key: key, Retention: ret}, func(context.Context) (idem.Result, error) {
-		return idem.Result{Status: 200, Body: body}, nil
-	})
-	require.NoError(t, err, key)
-	require.False(t, replayed, key)
-	fmt.Printf("ack %s %x\n", key, sha256.Sum256(body))
-}
-
-func randomBody(rng *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	return b
-}
-
-// valueLogs returns the names of Badger's value-log files in dir.
-func valueLogs(t *testing.T, dir string) map[string]bool {
-	names, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
-	require.NoError(t, err)
-	out := map[string]bool{}
-	for _, n := range names {
-		out[filepath.Base(n)] = true
-	}
-	return out
 }
