@@ -45,15 +45,16 @@ const (
 )
 
 const (
-	plCheckpointEvery = 2  // rounds between a close and reopen
-	plMaxRounds       = 60 // without a GC that rewrote by then, the test fails
-	plDefaultSnaps    = 2
+	plCloseEvery   = 6  // rounds between a close and reopen (the first after round 1)
+	plMaxRounds    = 60 // without a GC that rewrote by then, the test fails
+	plDefaultSnaps = 2
 )
 
 // TestPowerLoss: every acknowledged Durable result survives a power cut,
 // including one right after value-log GC and one right after a
 // checkpoint. IDEM_POWERLOSS_SNAPSHOTS sets how many snapshots are
-// checked (3 by default).
+// checked at least (2 by default; there is always one right after a GC
+// that rewrote value-log files and one right after a checkpoint).
 func TestPowerLoss(t *testing.T) {
 	if dir := os.Getenv(powerLossEnvDir); dir != "" {
 		powerLossChild(t, dir)
@@ -107,11 +108,15 @@ func TestPowerLoss(t *testing.T) {
 			w.resume()
 			require.Less(t, p.rounds, plMaxRounds,
 				"no value-log GC rewrote a file in %d rounds: the test would prove nothing", p.rounds)
-		case ev == "checkpoint":
-			if p.ckptSnaps == 0 || rng.IntN(3) == 0 {
+		case ev == "checkpoint close":
+			if p.ckptSnaps == 0 || rng.IntN(2) == 0 {
 				p.snapshot("right after a checkpoint (the writer closed its store)")
 				p.ckptSnaps++
 			}
+			w.resume()
+		case ev == "checkpoint log":
+			p.snapshot("right after a checkpoint (the store's log was full)")
+			p.ckptSnaps++
 			w.resume()
 		default:
 			t.Fatalf("unknown event %q from the writer", ev)
@@ -194,8 +199,10 @@ func checkSnapshot(t *testing.T, img, mnt string, acked map[string]string) []str
 // powerLossChild is the writer. It prints "ack KEY SHA256" on stdout once
 // a result is acknowledged and "expire ROUND" before the round's ephemeral
 // results expire, and tells the parent on fd 3: "a" per acknowledgement,
-// "gc N" after GC (N value-log files gone), "checkpoint" after a close;
-// after the last two it waits for a line on stdin: "go" goes on.
+// "gc N" after GC (N value-log files gone), "checkpoint close" after a
+// close and "checkpoint log" after the store checkpointed on its own (its
+// log was full; idem.mark changed). After the last three it waits for a
+// line on stdin: "go" goes on, anything else ends it.
 func powerLossChild(t *testing.T, dir string) {
 	events := os.NewFile(3, "powerloss-events")
 	in := bufio.NewReader(os.Stdin)
@@ -210,28 +217,35 @@ func powerLossChild(t *testing.T, dir string) {
 		_, err := fmt.Fprintln(events, ev)
 		require.NoError(t, err)
 	}
-	pause := func(ev string) bool {
+	pause := func(ev string) {
 		tell(ev)
-		line, err := in.ReadString('\n')
-		return err == nil && line == "go\n"
+		if line, err := in.ReadString('\n'); err != nil || line != "go\n" {
+			t.SkipNow() // the parent has seen enough: end here, cleanly
+		}
 	}
+	mark := func() string {
+		b, err := os.ReadFile(filepath.Join(dir, "idem.mark"))
+		require.NoError(t, err)
+		return string(b)
+	}
+	last := mark()
 	for round := 0; ; round++ {
 		writeGCRound(t, s, rng, round, func(key string, body []byte) {
 			fmt.Printf("ack %s %x\n", key, sha256.Sum256(body))
 			tell("a")
+			if m := mark(); m != last {
+				last = m
+				pause("checkpoint log")
+			}
 		})
 		fmt.Printf("expire %d\n", round)
-		gone := collectGCRound(t, s, clk, dir)
-		if !pause(fmt.Sprintf("gc %d", gone)) {
-			return
-		}
-		if round%plCheckpointEvery == plCheckpointEvery-1 {
+		pause(fmt.Sprintf("gc %d", collectGCRound(t, s, clk, dir)))
+		if round%plCloseEvery == 1 {
 			require.NoError(t, s.Close())
-			if !pause("checkpoint") {
-				return
-			}
+			pause("checkpoint close")
 			s, err = idem.Open(dir, powerLossOptions(clk))
 			require.NoError(t, err)
+			last = mark()
 		}
 	}
 }
