@@ -416,22 +416,15 @@ func badgerTTL(d time.Duration) uint64 { return uint64(time.Now().Add(d).Unix())
 
 // Maintain runs Badger's value-log garbage collection once, so that space
 // freed by reclaimed records returns to the disk over time. The store calls
-// it from its background sweep.
+// it from its background sweep. What the collection rewrites is synced
+// before the value-log files it emptied are deleted (Engine.ValueLogGC).
 func (b *BadgerBackend) Maintain(ctx context.Context) error {
-	db := b.eng.DB()
-	if b.ro || db.Opts().InMemory || !b.gcMu.TryLock() {
+	if b.ro || !b.gcMu.TryLock() {
 		return nil
 	}
 	defer b.gcMu.Unlock()
-	for i := 0; i < 4 && ctx.Err() == nil; i++ {
-		if err := db.RunValueLogGC(0.5); err != nil {
-			if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-				return nil
-			}
-			return unavailable("maintain", err)
-		}
-	}
-	return nil
+	_, err := b.eng.ValueLogGC(ctx, 0.5, 4)
+	return unavailable("maintain", fromEngine(err))
 }
 
 // Scan implements Lister.

@@ -256,6 +256,7 @@ func openBadger(bo badger.Options) (db *badger.DB, err error) {
 // checkStored checks, with Badger open, the tables checkBefore moved aside
 // and the mark; under AcceptLoss a loss is logged and accepted.
 func (e *Engine) checkStored(m *mark, pf preflight) error {
+	pf = e.coveredByLog(m, pf)
 	err := checkAfter(e.dir, e.db, pf, e.opts.AcceptLoss, e.opts.Logger)
 	if err == nil {
 		err = e.checkMark(m)
