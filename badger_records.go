@@ -178,7 +178,11 @@ func (b *BadgerBackend) newClaim(t *engine.Txn, scope, key string, id []byte, ar
 			t.Delete(expiryKey(rec.ExpiresAt, id))
 		}
 	}
-	n.addAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
+	note := ""
+	if rec == nil {
+		note = b.absentNote(args.Now) // badger_loss.go
+	}
+	n.addAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner, Reason: note})
 	t.Set(withPrefix(prefixClaim, id), nil, 0)
 	return n, b.put(t, id, n, time.Time{})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,9 +114,10 @@ func checkBefore(dir string, bo badger.Options) (preflight, error) {
 // is open: leftovers of a crash hold nothing newer than what Badger holds
 // (their writes are in the tables they were compacted from, or in the
 // memtable log they were flushed from, which Badger keeps until the table
-// is recorded), and are removed. Otherwise the MANIFEST lost them: they go
-// back and the open fails, unless accept, which keeps them aside.
-func checkAfter(dir string, db *badger.DB, pf preflight, accept bool, log *slog.Logger) error {
+// is recorded), and are removed. Otherwise the MANIFEST lost them: the
+// error says so, and they go back (the open fails), unless accept, which
+// keeps them aside.
+func checkAfter(dir string, db *badger.DB, pf preflight, accept bool) error {
 	if len(pf.quarantined) == 0 {
 		return nil
 	}
@@ -126,8 +126,7 @@ func checkAfter(dir string, db *badger.DB, pf preflight, accept bool, log *slog.
 		msg := fmt.Sprintf("tables %s are not in the MANIFEST and hold commits up to version %d, Badger only up to %d (a truncated MANIFEST)",
 			strings.Join(pf.quarantined, ", "), pf.maxQuarantined, have)
 		if accept {
-			log.Warn("engine: accepting loss: "+msg, "kept_in", q)
-			return nil
+			return fmt.Errorf("%w: %s; they are kept in %s", ErrCorrupt, msg, q)
 		}
 		for _, name := range pf.quarantined {
 			if err := os.Rename(filepath.Join(q, name), filepath.Join(dir, name)); err != nil {
