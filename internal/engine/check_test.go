@@ -91,6 +91,33 @@ func TestOpen_AcceptLoss(t *testing.T) {
 	require.NoError(t, tryOpen(t, dir, false))
 }
 
+// TestOpen_AcceptedLossIsRecorded: an open that accepts a loss records
+// what was lost under LossKey, durably with the new mark, and keeps it
+// (the store above deletes it); an open that accepts nothing records
+// nothing.
+func TestOpen_AcceptedLossIsRecorded(t *testing.T) {
+	lossOf := func(dir string) string {
+		e := openEngine(t, dir, Options{Durable: true})
+		v, _ := read(t, e, LossKey)
+		require.NoError(t, e.Close())
+		return v
+	}
+	dir := filled(t)
+	require.NoError(t, tryOpen(t, dir, true), "nothing to accept")
+	require.Empty(t, lossOf(dir))
+
+	require.NoError(t, os.Remove(filepath.Join(dir, LogName)))
+	require.NoError(t, tryOpen(t, dir, true))
+	first := lossOf(dir)
+	require.Contains(t, first, LogName+" is missing")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, MarkName), []byte("{"), 0o600))
+	require.NoError(t, tryOpen(t, dir, true))
+	both := lossOf(dir)
+	require.Contains(t, both, first, "a second loss adds to the first")
+	require.Contains(t, both, MarkName+" is damaged")
+}
+
 // TestOpen_UnreferencedTableOfACrashIsRemoved leaves a table the MANIFEST
 // does not name, holding nothing newer than Badger (as a crash between
 // writing a compacted table and recording it does): the open goes on and
