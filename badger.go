@@ -95,9 +95,11 @@ type BadgerOptions struct {
 	// close goes on in the background; a new open fails until it ends).
 	CloseWait time.Duration
 	// AcceptLoss opens a store that came back with less than it held
-	// (a lost or truncated MANIFEST, a lost table, log or memtable log,
-	// tables the MANIFEST lost, a damaged idem.mark): without it such an
-	// open fails with ErrCorrupt naming what is missing. With it the open
+	// (tables a truncated MANIFEST lost, a lost idem.wal or memtable log,
+	// a damaged idem.mark, a table block that fails its checksum): without
+	// it such an open fails with ErrCorrupt naming what is missing. A
+	// MANIFEST missing beside tables, and a table it names that is missing
+	// or whose index is damaged, are refused even with it. With it the open
 	// logs the loss to Logger as a warning, records it, and goes on.
 	// Tables the MANIFEST lost are kept in idem.quarantine. A damaged
 	// idem.wal is not accepted: remove it first. An operator's flag, for
