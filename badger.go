@@ -266,6 +266,10 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	}
 	b.eng = eng
 	if o.ReadOnly {
+		if err := b.loadLoss(); err != nil {
+			_ = b.Close()
+			return nil, unavailable("open", err)
+		}
 		return b, nil
 	}
 	if private {

@@ -85,7 +85,7 @@ func (b *BadgerBackend) loadLoss() error {
 func (b *BadgerBackend) openLossWindow(now time.Time, retention time.Duration) (LossWindow, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.lossPending == "" {
+	if b.lossPending == "" || b.ro {
 		return LossWindow{}, false, nil
 	}
 	length := b.lossLength

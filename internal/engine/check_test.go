@@ -77,6 +77,9 @@ func TestOpen_LossIsRefusedUnlessAccepted(t *testing.T) {
 			require.ErrorIs(t, err, ErrCorrupt)
 			t.Log(err)
 			require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt, "a refused open changes nothing that makes the next one pass")
+			_, err = Open(Options{Badger: badger.DefaultOptions(dir).WithLogger(nil).WithReadOnly(true)})
+			require.ErrorIs(t, err, ErrCorrupt, "read-only")
+			require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt, "a refused read-only open moves nothing")
 		})
 	}
 }
