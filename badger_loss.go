@@ -17,11 +17,13 @@ import (
 // during which a claim on an absent key does not run blindly: the store
 // cannot tell which keys the lost tables or logs held, so every absent key
 // may be one of them, and its claim first goes to the Resolver (see
-// BadgerOptions.AcceptLoss for what each answer does). Keys whose records
-// survived are not affected.
+// BadgerOptions.AcceptLoss for what each answer does). So does a claim
+// over a released or expired record last claimed before Start: the retry
+// that followed may be what was lost. Done and in-progress records, and
+// records claimed since Start, are not affected.
 type LossWindow struct {
-	// Start is when the store opened the window (its Clock): the keys lost
-	// were claimed before it.
+	// Start is when the store opened the window (its Clock), after the
+	// latest loss accepted: the writes lost were made before it.
 	Start time.Time `json:"start"`
 	// End is when the window ends by itself: Start plus
 	// BadgerOptions.LossWindow, or the Retention when that is zero. A key
@@ -46,7 +48,7 @@ const lossTokenGap = 1 << 32
 // lossNote is the note the first attempt of a claim on an absent key
 // carries during a loss window: the Store asks the Resolver about it
 // before its effect runs (askLost).
-const lossNote = "absent during a loss window"
+const lossNote = "claimed during a loss window: asked first"
 
 // loadLoss reads, on open, the loss window in force and what the engine
 // accepted as lost without a window yet.
@@ -94,7 +96,7 @@ func (b *BadgerBackend) openLossWindow(now time.Time, retention time.Duration) (
 	}
 	w := LossWindow{Start: now, End: now.Add(length), Lost: b.lossPending}
 	if old := b.loss.Load(); old != nil && now.Before(old.End) {
-		w.Start, w.End = old.Start, maxTime(old.End, w.End)
+		w.End = maxTime(old.End, w.End)
 		w.Lost = old.Lost + "\n" + w.Lost
 	}
 	b.loss.Store(&w)
@@ -157,10 +159,18 @@ func (b *BadgerBackend) EndLossWindow(ctx context.Context) error {
 	return nil
 }
 
-// absentNote is the note of a claim on an absent key claimed at now: the
-// loss note inside a loss window, else none. It runs on the committer.
-func (b *BadgerBackend) absentNote(now time.Time) string {
-	if w := b.loss.Load(); w != nil && now.Before(w.End) {
+// lossNoteFor is the note of a claim at now over rec: nil when nothing
+// is stored, else a released or expired record. Inside a loss window it
+// is the loss note when nothing is stored, or when rec was last claimed
+// before the latest loss was accepted: a later write to it (the claim
+// and completion of a retry) may be what was lost. Otherwise none. It
+// runs on the committer.
+func (b *BadgerBackend) lossNoteFor(rec *Record, now time.Time) string {
+	w := b.loss.Load()
+	if w == nil || !now.Before(w.End) {
+		return ""
+	}
+	if rec == nil || rec.ClaimedAt.Before(w.Start) {
 		return lossNote
 	}
 	return ""

@@ -18,28 +18,36 @@ import (
 
 // lostStore builds a store whose MANIFEST lost the table of a second
 // session, as a truncated MANIFEST does: keys "old-*" were written and
-// flushed in a first session, keys "new-*" in a second, and the MANIFEST
-// is cut back to its length after the first. It returns the directory
-// and the highest fencing token handed out.
+// flushed in a first session, keys "new-*" in a second, and keys "rel-*"
+// were released in the first and completed in the second; the MANIFEST is
+// cut back to its length after the first. The sessions ran an hour
+// before lossClock. It returns the directory and the highest fencing
+// token handed out.
 func lostStore(t *testing.T, n int) (string, uint64) {
 	t.Helper()
 	dir := t.TempDir()
 	var top uint64
-	write := func(prefix string) {
-		s := openStore(t, dir, nil)
-		for i := range n {
-			c, _, err := s.Begin(bg, idem.Request{Key: fmt.Sprintf("%s-%d", prefix, i)})
-			require.NoError(t, err)
-			top = max(top, c.Token())
-			require.NoError(t, c.Complete(bg, idem.Result{Status: 200, Body: faultBody(i)}))
+	write := func(session int, prefixes ...string) {
+		s := openStore(t, dir, &idem.Options{Clock: idemtest.NewClock(lossClock().Now().Add(-time.Hour))})
+		for _, prefix := range prefixes {
+			for i := range n {
+				c, _, err := s.Begin(bg, idem.Request{Key: fmt.Sprintf("%s-%d", prefix, i)})
+				require.NoError(t, err)
+				top = max(top, c.Token())
+				if prefix == "rel" && session == 0 {
+					require.NoError(t, c.Release(bg, "the first attempt failed"))
+					continue
+				}
+				require.NoError(t, c.Complete(bg, idem.Result{Status: 200, Body: faultBody(i)}))
+			}
 		}
 		require.NoError(t, s.Close())
 	}
 	manifest := filepath.Join(dir, "MANIFEST")
-	write("old")
+	write(0, "old", "rel")
 	info, err := os.Stat(manifest)
 	require.NoError(t, err)
-	write("new")
+	write(1, "new", "rel")
 	require.NoError(t, os.Truncate(manifest, info.Size()))
 	return dir, top
 }
@@ -121,9 +129,12 @@ func TestAcceptLoss_LostKeysGoToTheResolver(t *testing.T) {
 				require.Zero(t, c.resolver.questions(), "keys that survived cost no question")
 			}
 			ran := map[string]int{}
+			var lost []string
+			for i := range n {
+				lost = append(lost, fmt.Sprintf("new-%d", i), fmt.Sprintf("rel-%d", i))
+			}
 			for round := range 2 {
-				for i := range n {
-					key := fmt.Sprintf("new-%d", i)
+				for _, key := range lost {
 					res, replayed, err := s.Do(bg, idem.Request{Key: key}, func(context.Context) (idem.Result, error) {
 						ran[key]++
 						return idem.Result{Status: 200, Body: []byte("ran again")}, nil
@@ -154,11 +165,11 @@ func TestAcceptLoss_LostKeysGoToTheResolver(t *testing.T) {
 			case c.resolver == nil:
 				require.Empty(t, ran)
 			case c.resolver.verdict == idem.VerdictNotCommitted:
-				require.Len(t, ran, n)
-				require.Equal(t, n, c.resolver.questions(), "one question per lost key")
+				require.Len(t, ran, 2*n)
+				require.Equal(t, 2*n, c.resolver.questions(), "one question per lost key")
 			case c.resolver.verdict == idem.VerdictCommitted:
 				require.Empty(t, ran)
-				require.Equal(t, n, c.resolver.questions(), "one question per lost key")
+				require.Equal(t, 2*n, c.resolver.questions(), "one question per lost key")
 				rec, err := s.Get(bg, "", "new-0")
 				require.NoError(t, err)
 				require.Equal(t, "committed", rec.Recovered)
@@ -177,6 +188,17 @@ func TestAcceptLoss_LostKeysGoToTheResolver(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, replayed)
 				require.Equal(t, 1, calls)
+
+				// A key released after the loss is claimed again without a question.
+				asked := c.resolver.questions()
+				failing := func(context.Context) (idem.Result, error) { calls++; return idem.Result{}, errors.New("failed") }
+				_, _, err = s.Do(bg, idem.Request{Key: "failed-after"}, failing)
+				require.ErrorContains(t, err, "failed")
+				require.Equal(t, asked+1, c.resolver.questions(), "absent: asked")
+				_, _, err = s.Do(bg, idem.Request{Key: "failed-after"}, failing)
+				require.ErrorContains(t, err, "failed")
+				require.Equal(t, asked+1, c.resolver.questions(), "released in the window: not asked")
+				require.Equal(t, 3, calls)
 			} else {
 				require.Zero(t, calls)
 			}

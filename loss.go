@@ -25,15 +25,17 @@ func (s *Store) openLossWindow() {
 	}
 }
 
-// lostMaybe reports whether rec, a claim just won, is of a key that was
-// absent during a loss window: a key the loss may have forgotten.
+// lostMaybe reports whether rec, a claim just won, is of a key whose
+// latest write a loss may have taken (BadgerBackend.lossNoteFor notes it
+// in the claim's attempt).
 func lostMaybe(rec *Record) bool {
-	return rec.Claims == 1 && len(rec.Attempts) > 0 && rec.Attempts[len(rec.Attempts)-1].Reason == lossNote
+	return len(rec.Attempts) > 0 && rec.Attempts[len(rec.Attempts)-1].Reason == lossNote
 }
 
-// askLost asks the Resolver about rec, a claim on a key absent during a
-// loss window, before its effect may run: the key may be one whose record
-// the loss took, and its effect may have happened. It returns the result
+// askLost asks the Resolver about rec, a claim on a key absent (or
+// released or expired before the loss) during a loss window, before its
+// effect may run: the key's latest write may be one the loss took, and its
+// effect may have happened. It returns the result
 // to replay (committed: saved as the key's result), nil and nil when the
 // claim goes on (not committed), or an error, the claim then held for
 // recovery (unknown, or no Resolver) as an orphaned claim is. Scopes with a
