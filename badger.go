@@ -107,8 +107,9 @@ type BadgerOptions struct {
 	//
 	// The store cannot tell which keys were lost, so the Store opens a
 	// loss window (see LossWindow) lasting LossWindow, or else the
-	// Retention: until it ends, a claim on an absent key is held and the
-	// Resolver asked before its effect runs. Committed: the Resolver's
+	// Retention: until it ends, a claim on an absent key (or on a key
+	// released or expired before the loss) is held and the Resolver asked
+	// before its effect runs. Committed: the Resolver's
 	// result is saved and replayed (Do reports it replayed), the effect
 	// does not run. Not committed: the claim goes on and the effect runs.
 	// Unknown, an error, or no Resolver: the claim is held, in progress
