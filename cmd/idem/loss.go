@@ -24,8 +24,9 @@ func lossCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	a := newAdminFlags("loss", `-dir DIR [-accept [-window D] | -end] [-json]`, `
 Shows the loss window of a store: the time after an operator accepted a
 loss (tables, logs or the mark lost) during which a claim on a key that is
-absent is held and the Resolver asked before its effect runs, since the key
-may be one the loss forgot.
+absent, or was released or expired before the loss, is held and the
+Resolver asked before its effect runs, since the key's latest write may be
+one the loss took.
 
 -accept opens a store that refuses to open because it came back with less
 than it held (BadgerOptions.AcceptLoss): the loss is logged and accepted,
