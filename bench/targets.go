@@ -6,7 +6,7 @@ import (
 )
 
 // judgeTargets compares this run's medians with the targets of issue 5,
-// as issue 15 restated them.
+// as issue 15 restated them, and those of issues 15 and 16 for pgstore.
 // They are judged here, in the report, and never asserted in tests:
 // wall-clock figures on a shared machine are too noisy to fail a build on.
 func (r *Results) judgeTargets() {
@@ -40,6 +40,24 @@ func (r *Results) judgeTargets() {
 		bolt := r.best(w, func(c ContenderInfo) bool { return c.Name == "bbolt-update" || c.Name == "bbolt-batch" })
 		r.atLeast("replay-bbolt", fmt.Sprintf("Replay (%s): ≥ bbolt", w), idem(w), bolt, 1, "replays/s")
 		r.atLeast("replay-map", fmt.Sprintf("Replay (%s): ≥ 0.5× the in-memory map", w), idem(w), r.find(w, "map"), 0.5, "replays/s")
+	}
+
+	// pgstore replays at the speed of one query (issue 15): served by the
+	// Store's replay cache, and read from PostgreSQL when the cache has
+	// not seen the key.
+	for _, w := range []string{"replay-1", "replay-32"} {
+		r.atLeast("replay-pg", fmt.Sprintf("pgstore replay (%s), the Store's replay cache: ≥ the bare pgx SELECT", w),
+			r.find(w, "idem-pg"), r.find(w, "pgx"), 1, "replays/s")
+		r.atLeast("replay-pg-uncached", fmt.Sprintf("pgstore replay (%s), uncached (read from PostgreSQL): ≥ the bare pgx SELECT", w),
+			r.find(w, "idem-pg"+uncachedSuffix), r.find(w, "pgx"), 1, "replays/s")
+	}
+
+	// An effect in the records' database costs less with DoTx (the effect
+	// and the completion in one transaction) than with Do and a separate
+	// INSERT (issue 16).
+	for _, w := range []string{"txeffect-1", "txeffect-32"} {
+		r.atLeast("txeffect", fmt.Sprintf("Transactional effect (%s): pgstore.DoTx ≥ Do + a separate INSERT", w),
+			r.find(w, txDoTx), r.find(w, txDoInsert), 1, "cycles/s")
 	}
 
 	// Anonymous memory only: idem's mapped tables are reclaimable page
