@@ -176,3 +176,54 @@ func TestDoTx_NestedDoIsNotMarked(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// A completion refused by the fence aborts the transaction it was sent in
+// with its COMMIT, on the extended protocol and on the simple one (a pool
+// behind PgBouncer in transaction mode), whatever fn's first call was: the
+// effect's writes roll back and DoTx returns the fenced error.
+func TestDoTx_FencedCommitRollsBack(t *testing.T) {
+	for _, simple := range []bool{false, true} {
+		t.Run(map[bool]string{false: "extended", true: "simple"}[simple], func(t *testing.T) {
+			f := newTxFixture(t)
+			cfg, err := pgxpool.ParseConfig(needServer(t))
+			require.NoError(t, err)
+			if simple {
+				cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+			}
+			p, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			b := newBackend(t, p, &pgstore.Options{Table: f.table})
+			s := newStore(t, b, &idem.Options{SweepInterval: -1})
+
+			// Recovery by another instance, in effect: the claim is released
+			// under fn, which then writes and returns.
+			recoverUnder := func(ctx context.Context) {
+				c, ok := idem.ClaimFromContext(ctx)
+				require.True(t, ok)
+				require.NoError(t, b.Release(ctx, c.Scope(), c.Key(), c.Token(), idem.Releasing{At: epoch, ExpiresAt: epoch.Add(retention), Reason: "test"}))
+			}
+			for _, first := range []string{"exec", "none"} {
+				key := "fenced-" + first
+				_, _, err := pgstore.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+					recoverUnder(ctx)
+					if first == "none" {
+						return result("nothing"), nil
+					}
+					return result("late"), f.insert(ctx, tx, key, "late")
+				})
+				require.ErrorIs(t, err, idem.ErrFenced, first)
+				require.Empty(t, f.rows(t, key))
+				rec, err := s.Get(ctx, "", key)
+				require.NoError(t, err)
+				require.Equal(t, idem.StateReleased, rec.State)
+			}
+			// The connection went back to the pool usable.
+			_, _, err = pgstore.DoTx(ctx, s, req("after"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+				return result("ok"), f.insert(ctx, tx, "after", "a")
+			})
+			require.NoError(t, err)
+			require.Equal(t, []string{"a"}, f.rows(t, "after"))
+		})
+	}
+}
