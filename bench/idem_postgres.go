@@ -69,7 +69,9 @@ func (s *idemPGStore) Footprint(ctx context.Context) (int64, int64, string, erro
 
 // ledger is the quoted, qualified name of the transactional-effect
 // workload's ledger table, beside the records.
-func (s *idemPGStore) ledger() string { return pgx.Identifier{s.schema, s.table + "_ledger"}.Sanitize() }
+func (s *idemPGStore) ledger() string {
+	return pgx.Identifier{s.schema, s.table + "_ledger"}.Sanitize()
+}
 
 // TxEffect implements TxEffecter: it creates the ledger table and returns
 // the cycle of mode on the i-th fresh key.
