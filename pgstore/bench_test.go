@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -197,9 +198,14 @@ func BenchmarkClaimPath(b *testing.B) {
 						if kind == "replay" {
 							key := prefix + strconv.FormatInt(i%doneKeys, 10)
 							if mode == "bare-pgx" {
+								// Bounded as the backend bounds its statements
+								// (Options.StatementTimeout): pgx watches a
+								// context that can end, at a cost per query.
+								qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
+								defer cancel()
 								var state int16
 								var fp, res []byte
-								return p.QueryRow(ctx, bare, "bench", key).Scan(&state, &fp, &res)
+								return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
 							}
 							rec, claimed, err := be.Claim(ctx, "bench", key, args(time.Now()))
 							if err == nil && (claimed || rec.State != idem.StateDone) {
