@@ -111,7 +111,12 @@ func (st *idemStore) store() *idem.Store {
 
 // Begin implements Claimer.
 func (st *idemStore) Begin(ctx context.Context, key, fp string) (Attempt, error) {
-	c, res, err := st.store().Begin(ctx, idem.Request{Key: key, Fingerprint: fp})
+	return beginOn(ctx, st.store(), key, fp)
+}
+
+// beginOn is Claimer's Begin on s.
+func beginOn(ctx context.Context, s *idem.Store, key, fp string) (Attempt, error) {
+	c, res, err := s.Begin(ctx, idem.Request{Key: key, Fingerprint: fp})
 	// errors.Is rather than errors.As: a target variable for As escapes,
 	// and would cost an allocation on every call, not only on errors.
 	switch {

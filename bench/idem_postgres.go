@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -65,6 +67,97 @@ func (s *idemPGStore) Footprint(ctx context.Context) (int64, int64, string, erro
 	return -1, n, "disk: pg_total_relation_size (table, indexes, TOAST; WAL not counted); memory: the server's, not measured", err
 }
 
+// ledger is the quoted, qualified name of the transactional-effect
+// workload's ledger table, beside the records.
+func (s *idemPGStore) ledger() string {
+	return pgx.Identifier{s.schema, s.table + "_ledger"}.Sanitize()
+}
+
+// TxEffect implements TxEffecter: it creates the ledger table and returns
+// the cycle of mode on the i-th fresh key.
+func (s *idemPGStore) TxEffect(ctx context.Context, mode string, seed uint64) (func(context.Context, int) error, error) {
+	st := s.store()
+	pool := st.Backend().(*pgstore.Backend).Pool()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.ledger()+` (key text NOT NULL, amount bigint NOT NULL)`); err != nil {
+		return nil, err
+	}
+	insert := `INSERT INTO ` + s.ledger() + ` (key, amount) VALUES ($1, 4200)`
+	res := idem.Result{Status: 200, Body: benchResult}
+	check := func(k string, replayed bool, err error) error {
+		if err == nil && replayed {
+			err = fmt.Errorf("fresh key %q replayed", k)
+		}
+		return err
+	}
+	switch mode {
+	case txDoTx:
+		return func(ctx context.Context, i int) error {
+			k := keyOf(seed, i)
+			_, replayed, err := pgstore.DoTx(ctx, st, idem.Request{Key: k, Fingerprint: benchFP},
+				func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+					_, err := tx.Exec(ctx, insert, k)
+					return res, err
+				})
+			return check(k, replayed, err)
+		}, nil
+	case txDoInsert:
+		return func(ctx context.Context, i int) error {
+			k := keyOf(seed, i)
+			_, replayed, err := st.Do(ctx, idem.Request{Key: k, Fingerprint: benchFP},
+				func(ctx context.Context) (idem.Result, error) {
+					_, err := pool.Exec(ctx, insert, k)
+					return res, err
+				})
+			return check(k, replayed, err)
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown transactional-effect mode %q", mode)
+}
+
+// FreshReplays implements FreshReplayer: each pass over the keys gets a
+// Store of its own on the same table (a new pgstore.Backend on the same
+// pool), so that no Begin finds its key in the Store's replay cache.
+func (s *idemPGStore) FreshReplays(ctx context.Context) (begin func(ctx context.Context, pass int, key, fp string) (Attempt, error), done func() error) {
+	pool := s.store().Backend().(*pgstore.Backend).Pool()
+	var mu sync.Mutex
+	stores := map[int]*idem.Store{}
+	get := func(pass int) (*idem.Store, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st := stores[pass]; st != nil {
+			return st, nil
+		}
+		b, err := pgstore.New(ctx, pool, &pgstore.Options{Schema: s.schema, Table: s.table})
+		if err != nil {
+			return nil, err
+		}
+		o := idemOptions(idem.Durable, benchResult)
+		o.RecoveryGrace = -1
+		st := idem.New(b, o)
+		stores[pass] = st
+		return st, nil
+	}
+	begin = func(ctx context.Context, pass int, key, fp string) (Attempt, error) {
+		st, err := get(pass)
+		if err != nil {
+			return Attempt{}, err
+		}
+		return beginOn(ctx, st, key, fp)
+	}
+	done = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		var first error
+		for _, st := range stores {
+			if err := st.Close(); first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	return begin, done
+}
+
 // tableFor names the table of a namespace: a letter for the contender,
 // then a digest of the namespace (a directory path).
 func tableFor(kind, ns string) string {
@@ -88,8 +181,9 @@ func newPool(ctx context.Context, url string, maxConns int32, loading bool) (*pg
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// Drop implements Dropper: it drops the records table and what pgstore
-// creates beside it (its documented names: Table_token, Table_version).
+// Drop implements Dropper: it drops the records table, what pgstore
+// creates beside it (its documented names: Table_token, Table_version) and
+// the ledger of the transactional-effect workload.
 func (s *idemPGStore) Drop(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.url)
 	if err != nil {
@@ -97,7 +191,7 @@ func (s *idemPGStore) Drop(ctx context.Context) error {
 	}
 	defer conn.Close(ctx)
 	q := func(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
-	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_version")+`;
+	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_version")+`, `+s.ledger()+`;
 DROP SEQUENCE IF EXISTS `+q(s.table+"_token"))
 	return err
 }

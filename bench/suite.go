@@ -20,7 +20,7 @@ type Suite struct {
 	servers    *Servers
 	contenders []Contender
 	// workloads, when not empty, limits the run to these workload groups
-	// ("cycle", "replay", "hot", "dataset", "sustained", "fingerprint",
+	// ("cycle", "txeffect", "replay", "hot", "dataset", "sustained", "fingerprint",
 	// "http").
 	workloads []string
 	tmp       string // every namespace directory lives under it
@@ -72,6 +72,7 @@ func (s *Suite) Run(ctx context.Context) error {
 		fn    func(context.Context) error
 	}{
 		{"cycle", s.cycles},
+		{"txeffect", s.txEffects},
 		{"replay", s.replays},
 		{"hot", s.hotKeys},
 		{"dataset", s.datasets},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -18,10 +19,11 @@ import (
 // queries are the statements of one store, its names filled in.
 type queries struct {
 	insert, takeOver                   string // Claim
+	insertTx, takeOverTx               string // Claim for DoTx: the new attempt marked (txNote)
 	complete, release, extend, deferTo string // fenced
+	completeTx                         string // fenced: DoTx's completion, in the effect's transaction
 	lateGet, lateInsert, lateDone      string // CompleteLate
 	lateTwice                          string // CompleteLate
-	markTx                             string // fenced: DoTx's mark
 	get, stale, reclaim, scan          string
 	tally                              string
 }
@@ -51,9 +53,14 @@ type queries struct {
 // would bind tighter than the minus sign of an inlined negative number).
 
 // newAttempt is the jsonb object of a new claim with token tok, claimed at
-// $7 by owner $8 (Claim's arguments).
-func newAttempt(tok string) string {
-	return `jsonb_build_object('t', ` + tok + `, 'c', CAST($7 AS bigint), 'o', CAST($8 AS text))`
+// $7 by owner $8 (Claim's arguments), noted with note when it is not
+// empty (DoTx's txNote, a constant of this package).
+func newAttempt(tok, note string) string {
+	a := `jsonb_build_object('t', ` + tok + `, 'c', CAST($7 AS bigint), 'o', CAST($8 AS text)`
+	if note != "" {
+		a += `, 'r', ` + quoteLiteral(note)
+	}
+	return a + `)`
 }
 
 // boundedStory is the jsonb array a with its first element and its
@@ -87,70 +94,30 @@ func newQueries(n names) queries {
 	// Every fenced write ends a hand-out (see Stale): the claim has moved
 	// on, and whoever sweeps next must see it as it is now.
 	const settled = `sweeper = '', sweep_until = {zero}`
-	q := queries{
-		// insert claims an absent key. DO NOTHING neither waits for nor
-		// locks a row that exists: the statement that follows deals with it.
-		// A conflict still draws a token from the sequence; the gap is
-		// harmless. The token is drawn once, for the token column and the
-		// first attempt.
-		insert: r.Replace(`
-INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
-SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8,
-	jsonb_build_array(` + newAttempt("n.tok") + `), 0, {zero}, 0, 0, {zero}, false,
-	'', {zero}
-FROM (SELECT nextval({seq}) AS tok) AS n
-ON CONFLICT (scope, key) DO NOTHING
-RETURNING {r.cols}`),
-
-		// takeOver claims a released key, or an expired done one, and
-		// otherwise reads the stored row. The UPDATE is atomic: under READ
-		// COMMITTED a concurrent writer of the row makes it wait, then
-		// evaluate its WHERE again on the row's newest version, so of two
-		// claimers only one finds the key claimable. The read that follows
-		// in the same statement sees the statement's snapshot, which may be
-		// older than what the UPDATE saw; Claim checks what it read and
-		// tries again if that was claimable.
-		//
-		// A released record's life goes on: its story and counts are kept
-		// and the new attempt appended. An expired one starts afresh. The
-		// token is drawn by the sub-select that also builds the story, so it
-		// is drawn only for a row that is claimed, once, for both columns.
-		takeOver: r.Replace(`
-WITH claimed AS (
-	UPDATE {table} AS r SET
-		format = $3, state = 1, fingerprint = $4, lease_ends = $5,
-		expires_at = {zero}, retention = $6, result = NULL,
-		first_seen = CASE WHEN r.state = 3 THEN r.first_seen ELSE $7 END,
-		claimed_at = $7, done_at = {zero},
-		claims = CASE WHEN r.state = 3 THEN r.claims + 1 ELSE 1 END,
-		checks = 0, next_check = {zero}, attention = false, recovered = '', owner = $8,
-		(token, attempts) = (
-			SELECT n.tok, ` + boundedStory("s.a") + `
-			FROM (SELECT nextval({seq}) AS tok) AS n, LATERAL (
-				SELECT CASE WHEN r.state = 3 THEN r.attempts ELSE '[]' END
-					|| jsonb_build_array(` + newAttempt("n.tok") + `) AS a
-			) AS s
-		),
-		replays = CASE WHEN r.state = 3 THEN r.replays ELSE 0 END,
-		last_replay = CASE WHEN r.state = 3 THEN r.last_replay ELSE {zero} END,
-		conflicts = CASE WHEN r.state = 3 THEN r.conflicts ELSE 0 END,
-		mismatches = CASE WHEN r.state = 3 THEN r.mismatches ELSE 0 END,
-		last_rejection = CASE WHEN r.state = 3 THEN r.last_rejection ELSE {zero} END,
-		twice = r.state = 3 AND r.twice,
-		sweeper = '', sweep_until = {zero}
-	WHERE r.scope = $1 AND r.key = $2 AND (r.state = 3 OR (r.state = 2 AND r.expires_at <= $7))
-	RETURNING true, {r.cols}
-)
-SELECT * FROM claimed
-UNION ALL
-SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`),
-
-		// complete's $8 to $11 are the attempt's Ending.
-		complete: r.Replace(`
+	// complete's $8 to $11 are the attempt's Ending.
+	complete := r.Replace(`
 UPDATE {table} SET state = 2, result = $4, done_at = $5, expires_at = $6, recovered = $7,
 	checks = 0, next_check = {zero}, attention = false, owner = '', ` + settled + `,
 	` + endAttempt(8) + `
-WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`)
+	insert, takeOver := claimQueries(r, "")
+	insertTx, takeOverTx := claimQueries(r, txNote)
+	q := queries{
+		insert: insert, takeOver: takeOver, insertTx: insertTx, takeOverTx: takeOverTx,
+
+		complete: complete,
+
+		// completeTx is complete inside DoTx's transaction, sent in one
+		// round trip with the COMMIT that follows it. So it must abort the
+		// transaction when the fence refuses (no row matched): the cast of
+		// fencedText fails, the COMMIT is skipped, and DoTx rolls back.
+		// The CASE depends on the count, so the planner cannot fold the
+		// failing cast into an error of every execution.
+		completeTx: `
+WITH done AS (` + complete + `
+	RETURNING 1
+)
+SELECT CAST(CASE WHEN count(*) = 1 THEN '1' ELSE ` + quoteLiteral(fencedText) + ` END AS integer) FROM done`,
 
 		// release's $7 to $10 are the attempt's Ending.
 		release: r.Replace(`
@@ -162,11 +129,6 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 		extend: r.Replace(`
 UPDATE {table} SET lease_ends = $4, ` + settled + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
-
-		// markTx notes $4 on the open attempt of the claim (see DoTx).
-		markTx: r.Replace(`
-UPDATE {table} SET attempts = jsonb_set(attempts, '{-1,r}', to_jsonb(CAST($4 AS text)))
-WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3 AND (attempts -> -1 ->> 't')::bigint = $3`),
 
 		deferTo: r.Replace(`
 UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
@@ -246,6 +208,68 @@ WHERE r.scope = t.scope AND r.key = t.key`),
 	return q
 }
 
+// claimQueries returns Claim's two statements (see Claim), the new attempt
+// noted with note when it is not empty.
+func claimQueries(r *strings.Replacer, note string) (insert, takeOver string) {
+	// insert claims an absent key. DO NOTHING neither waits for nor
+	// locks a row that exists: the statement that follows deals with it.
+	// A conflict still draws a token from the sequence; the gap is
+	// harmless. The token is drawn once, for the token column and the
+	// first attempt.
+	insert = r.Replace(`
+INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
+SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8,
+	jsonb_build_array(` + newAttempt("n.tok", note) + `), 0, {zero}, 0, 0, {zero}, false,
+	'', {zero}
+FROM (SELECT nextval({seq}) AS tok) AS n
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING {r.cols}`)
+
+	// takeOver claims a released key, or an expired done one, and
+	// otherwise reads the stored row. The UPDATE is atomic: under READ
+	// COMMITTED a concurrent writer of the row makes it wait, then
+	// evaluate its WHERE again on the row's newest version, so of two
+	// claimers only one finds the key claimable. The read that follows
+	// in the same statement sees the statement's snapshot, which may be
+	// older than what the UPDATE saw; Claim checks what it read and
+	// tries again if that was claimable.
+	//
+	// A released record's life goes on: its story and counts are kept
+	// and the new attempt appended. An expired one starts afresh. The
+	// token is drawn by the sub-select that also builds the story, so it
+	// is drawn only for a row that is claimed, once, for both columns.
+	takeOver = r.Replace(`
+WITH claimed AS (
+	UPDATE {table} AS r SET
+		format = $3, state = 1, fingerprint = $4, lease_ends = $5,
+		expires_at = {zero}, retention = $6, result = NULL,
+		first_seen = CASE WHEN r.state = 3 THEN r.first_seen ELSE $7 END,
+		claimed_at = $7, done_at = {zero},
+		claims = CASE WHEN r.state = 3 THEN r.claims + 1 ELSE 1 END,
+		checks = 0, next_check = {zero}, attention = false, recovered = '', owner = $8,
+		(token, attempts) = (
+			SELECT n.tok, ` + boundedStory("s.a") + `
+			FROM (SELECT nextval({seq}) AS tok) AS n, LATERAL (
+				SELECT CASE WHEN r.state = 3 THEN r.attempts ELSE '[]' END
+					|| jsonb_build_array(` + newAttempt("n.tok", note) + `) AS a
+			) AS s
+		),
+		replays = CASE WHEN r.state = 3 THEN r.replays ELSE 0 END,
+		last_replay = CASE WHEN r.state = 3 THEN r.last_replay ELSE {zero} END,
+		conflicts = CASE WHEN r.state = 3 THEN r.conflicts ELSE 0 END,
+		mismatches = CASE WHEN r.state = 3 THEN r.mismatches ELSE 0 END,
+		last_rejection = CASE WHEN r.state = 3 THEN r.last_rejection ELSE {zero} END,
+		twice = r.state = 3 AND r.twice,
+		sweeper = '', sweep_until = {zero}
+	WHERE r.scope = $1 AND r.key = $2 AND (r.state = 3 OR (r.state = 2 AND r.expires_at <= $7))
+	RETURNING true, {r.cols}
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`)
+	return insert, takeOver
+}
+
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
@@ -256,22 +280,35 @@ const maxClaimRounds = 16
 
 // Claim implements idem.Backend. It sends two statements in one round trip
 // (a pipelined batch): insert tries an absent key, takeOver a released or
-// expired one, and returns the stored row when neither claims.
+// expired one, and returns the stored row when neither claims. For DoTx
+// (txMarked) the new attempt carries DoTx's mark (txNote), written with
+// the claim itself.
 func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs) (*idem.Record, bool, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, false, err
 	}
 	args := []any{scope, key, int16(idem.RecordFormat), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
 		int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
+	insert, takeOver := b.q.insert, b.q.takeOver
+	if txMarked(ctx, scope, key) {
+		insert, takeOver = b.q.insertTx, b.q.takeOverTx
+	}
 	var (
 		rec     *idem.Record
 		claimed bool
 	)
+	readFirst := b.mix.readFirst()
 	err := b.run(ctx, "claim", func(ctx context.Context) error {
+		if readFirst {
+			var err error
+			if rec, err = b.read(ctx, scope, key, a.Now); err != nil || rec != nil {
+				return err
+			}
+		}
 		for round := 0; ; round++ {
 			var settled bool
 			var err error
-			rec, claimed, settled, err = b.claimOnce(ctx, args, a.Now)
+			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now)
 			if err != nil || settled {
 				return err
 			}
@@ -283,15 +320,80 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs
 	if err != nil {
 		return nil, false, err
 	}
+	b.mix.note(!claimed)
 	return rec, claimed, nil
+}
+
+// read is Claim's read-first path: one SELECT of the key's row. It returns
+// the record when that is Claim's answer (a done record that has not
+// expired, an open claim), and nil when the key may be claimable (absent,
+// released, expired), for the insert-and-take-over batch to decide. A done
+// record does not change until it expires, so the SELECT's snapshot is as
+// good an answer as the batch's; for an open claim both are snapshots.
+func (b *Backend) read(ctx context.Context, scope, key string, now time.Time) (*idem.Record, error) {
+	rec, err := scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case rec.State == idem.StateReleased || rec.Expired(now):
+		return nil, nil
+	}
+	return rec, nil
+}
+
+// Claim reads first (Backend.read) when most recent claims found their
+// key taken: a replay then costs one plain SELECT, where the batch runs an
+// INSERT that conflicts and an UPDATE that matches nothing before its
+// read, while a claim of a fresh key pays a round trip more. The measured
+// costs behind the threshold are in docs/pgstore-replay.md.
+const (
+	mixScale      = 1 << 10 // claimMix.share's unit: 1/mixScale
+	mixWeight     = 16      // each answer moves the share by 1/mixWeight of the way
+	readFirstFrom = mixScale * 3 / 4
+)
+
+// Read-first modes (claimMix.mode): automatic, or fixed by a test.
+const (
+	readFirstAuto = iota
+	readFirstNever
+	readFirstAlways
+)
+
+// claimMix is how Claim chooses its path: a moving share of the recent
+// answers that were no claim (a done record or an open claim).
+type claimMix struct {
+	mode  int
+	share atomic.Int64 // in 1/mixScale
+}
+
+func (m *claimMix) readFirst() bool {
+	switch m.mode {
+	case readFirstNever:
+		return false
+	case readFirstAlways:
+		return true
+	}
+	return m.share.Load() >= readFirstFrom
+}
+
+// note counts one answer. Concurrent notes may overwrite each other: the
+// share is an estimate, and a lost step changes it by 1/mixWeight at most.
+func (m *claimMix) note(taken bool) {
+	s, target := m.share.Load(), int64(0)
+	if taken {
+		target = mixScale
+	}
+	m.share.Store(s + (target-s)/mixWeight)
 }
 
 // claimOnce sends one claim batch. settled is false when the row it read was
 // claimable or gone by the time it read it: the caller tries again.
-func (b *Backend) claimOnce(ctx context.Context, args []any, now time.Time) (rec *idem.Record, claimed, settled bool, err error) {
+func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time) (rec *idem.Record, claimed, settled bool, err error) {
 	batch := &pgx.Batch{}
-	batch.Queue(b.q.insert, args...)
-	batch.Queue(b.q.takeOver, args...)
+	batch.Queue(insert, args...)
+	batch.Queue(takeOver, args...)
 	br := b.pool.SendBatch(ctx, batch)
 	// Close reads what is left and reports a failed commit: a claim is
 	// reported only once Close returned nil.

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/vmihailenco/msgpack/v5"
@@ -143,5 +145,83 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`
 				return nil
 			})
 		})
+	}
+}
+
+// BenchmarkClaimPath measures Backend.Claim itself on its two paths
+// (SetReadFirst): the insert-and-take-over batch, and a SELECT first. On
+// a done key (replay) the SELECT is the whole claim; on a fresh key
+// (fresh) it misses and the batch follows. auto is the default choice;
+// bare-pgx is the SELECT a hand-written pgx store sends for a replay.
+// The Store's replay cache is not involved: the Backend is called directly,
+// as a Store that has not seen the key calls it.
+func BenchmarkClaimPath(b *testing.B) {
+	const doneKeys = 2000
+	for _, kind := range []string{"replay", "fresh"} {
+		for _, mode := range []string{"never", "always", "auto", "bare-pgx"} {
+			if kind == "fresh" && mode == "bare-pgx" {
+				continue
+			}
+			for _, g := range benchGoroutines {
+				b.Run(fmt.Sprintf("%s/%s/goroutines=%d", kind, mode, g), func(b *testing.B) {
+					p := newPool(b, int32(max(g, 4)))
+					be := newBackend(b, p, nil)
+					defer be.Close()
+					warm(b, p, g)
+					prefix := keyPrefix()
+					now := time.Now()
+					args := func(now time.Time) idem.ClaimArgs {
+						return idem.ClaimArgs{Fingerprint: "sha256:0123456789abcdef", Now: now,
+							LeaseEnds: now.Add(idem.DefaultLease), Retention: idem.DefaultRetention, Owner: "bench"}
+					}
+					if kind == "replay" {
+						for i := range doneKeys {
+							key := prefix + strconv.Itoa(i)
+							rec, _, err := be.Claim(ctx, "bench", key, args(now))
+							if err != nil {
+								b.Fatal(err)
+							}
+							err = be.Complete(ctx, "bench", key, rec.Token, idem.Completion{Result: benchResult,
+								At: now, ExpiresAt: now.Add(idem.DefaultRetention)})
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					if mode != "bare-pgx" {
+						pgstore.SetReadFirst(be, mode)
+					}
+					bare := `SELECT state, fingerprint, result FROM ` + be.Table() + ` WHERE scope = $1 AND key = $2`
+					var n atomic.Int64
+					runGoroutines(b, g, func() error {
+						i := n.Add(1)
+						if kind == "replay" {
+							key := prefix + strconv.FormatInt(i%doneKeys, 10)
+							if mode == "bare-pgx" {
+								// Bounded as the backend bounds its statements
+								// (Options.StatementTimeout): pgx watches a
+								// context that can end, at a cost per query.
+								qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
+								defer cancel()
+								var state int16
+								var fp, res []byte
+								return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
+							}
+							rec, claimed, err := be.Claim(ctx, "bench", key, args(time.Now()))
+							if err == nil && (claimed || rec.State != idem.StateDone) {
+								err = fmt.Errorf("replay of %s: claimed %v, state %v", key, claimed, rec.State)
+							}
+							return err
+						}
+						key := prefix + "f" + strconv.FormatInt(i, 10)
+						_, claimed, err := be.Claim(ctx, "bench", key, args(time.Now()))
+						if err == nil && !claimed {
+							err = fmt.Errorf("fresh key %s not claimed", key)
+						}
+						return err
+					})
+				})
+			}
+		}
 	}
 }

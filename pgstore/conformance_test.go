@@ -5,6 +5,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -60,4 +61,16 @@ func TestConformance_IsolationLevels(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestConformance_ReadFirst runs the suite with every Claim reading first
+// (a SELECT, then the batch when the key may be claimable), the path Claim
+// takes when most keys it sees are taken.
+func TestConformance_ReadFirst(t *testing.T) {
+	p := pool(t)
+	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+		b := newBackend(t, p, nil)
+		pgstore.SetReadFirst(b, "always")
+		return b
+	})
 }

@@ -25,6 +25,10 @@
 // statements, so of any number of claimers of one key, in any number of
 // processes, exactly one wins under READ COMMITTED; the others read the
 // winner's row. Tokens come from a PostgreSQL sequence and never repeat.
+// When most of a Backend's recent claims found their key taken (replays of
+// done keys, retries of held ones), Claim reads first: one plain SELECT
+// answers a done or held key, and only an absent, released or expired one
+// goes on to the batch, a round trip more (see docs/pgstore-replay.md).
 //
 // Complete, Release, Extend and Defer are fenced: one UPDATE whose WHERE
 // clause names the key, the in-progress state and the token, so a holder
@@ -61,11 +65,13 @@
 // the record turns done: a holder paused past its lease, whose claim was
 // recovered meanwhile, finds the token changed and rolls back; a recovery
 // that comes while the holder's commit is under way waits for the row's
-// lock and then finds the record done. DoTx marks the open attempt
-// "transactional" before its transaction begins (a small fenced UPDATE), and
-// recovery releases such a stale claim at once without the Resolver
-// (idem.Transactor): it cannot have committed. A release, a hold or a panic
-// rolls the transaction back. This is brandur's "atomic phases" with the
+// lock and then finds the record done. DoTx's claim is written with its
+// attempt marked "transactional", and recovery releases such a stale claim
+// at once without the Resolver (idem.Transactor): it cannot have committed.
+// A release, a hold or a panic rolls the transaction back. It costs the
+// round trips of Do with a separate INSERT: the claim, fn's statements (the
+// BEGIN goes with the first), the completion with the COMMIT; and a commit
+// fewer. This is brandur's "atomic phases" with the
 // lease and the fencing token of idem around it.
 //
 // Effects outside the database (plain Store.Do) have no such guarantee: a

@@ -68,6 +68,7 @@ type Backend struct {
 	timeout time.Duration
 	handOut time.Duration
 	closed  atomic.Bool
+	mix     claimMix // Claim's choice of path (backend.go)
 }
 
 var (

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/idemkit/idem"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrNotPostgres is returned by DoTx when the store's backend is not a
@@ -33,17 +35,22 @@ var _ idem.Transactor = (*Backend)(nil)
 // claim went stale and was recovered finds the token changed, and its
 // transaction is rolled back instead of committed; Do then returns an error
 // wrapping idem.ErrFenced and fn's writes never happened. Recovery needs no
-// Resolver for such claims (idem.Transactor): a stale one is released as
-// "transactional effect not committed".
+// Resolver for such claims (idem.Transactor): the claim is taken marked as
+// transactional, and a stale one is released as "transactional effect not
+// committed".
+//
+// The round trips are those of Do with a separate write: the claim (marked
+// in the same statements), fn's statements, the BEGIN sent with fn's first
+// one (pgx.Batch.BeginTx), and the completion sent with the COMMIT.
 //
 // When the policy releases or holds the claim, or fn panics, the
 // transaction is rolled back first. fn must not commit or roll back tx
-// itself; if it does, the completion fails and nothing is saved. The
-// transaction holds one pooled connection for fn's duration while the
-// heartbeat needs another: size the pool for that. If the commit's answer
-// is lost with the connection, DoTx reports the outcome as not recorded
-// (an error wrapping idem.ErrUnavailable) although both may have
-// committed; the next request then replays the result.
+// itself: tx's Commit and Rollback return ErrTxOwned and leave the
+// transaction to DoTx. The transaction holds one pooled connection for fn's
+// duration while the heartbeat needs another: size the pool for that. If
+// the commit's answer is lost with the connection, DoTx reports the outcome
+// as not recorded (an error wrapping idem.ErrUnavailable) although both may
+// have committed; the next request then replays the result.
 //
 // DoTx returns ErrNotPostgres when store's Backend is not a *Backend.
 func DoTx(ctx context.Context, store *idem.Store, req idem.Request, fn func(ctx context.Context, tx pgx.Tx) (idem.Result, error)) (idem.Result, bool, error) {
@@ -52,31 +59,41 @@ func DoTx(ctx context.Context, store *idem.Store, req idem.Request, fn func(ctx 
 		return idem.Result{}, false, ErrNotPostgres
 	}
 	e := &txEffect{b: b}
+	// A safety net: DoCommit ends the transaction on every path it
+	// reaches fn by; this returns the connection if a path does not.
+	defer e.Rollback(context.WithoutCancel(ctx))
 	run := func(ctx context.Context) (idem.Result, error) {
-		c, _ := idem.ClaimFromContext(ctx)
-		if err := b.markTransactional(ctx, c); err != nil {
-			return idem.Result{}, err
-		}
-		tx, err := b.pool.Begin(ctx)
+		conn, err := b.pool.Acquire(ctx)
 		if err != nil {
 			return idem.Result{}, b.fail(ctx, "begin", err)
 		}
-		e.tx = tx
-		return fn(ctx, tx)
+		e.tx = &lazyTx{ctx: ctx, conn: conn}
+		// fn's own claims (a nested Do) are not DoTx's.
+		return fn(context.WithValue(ctx, txClaimKey{}, (*txMark)(nil)), e.tx)
 	}
+	ctx = context.WithValue(ctx, txClaimKey{}, &txMark{scope: req.Scope, key: req.Key})
 	return store.DoCommit(ctx, req, run, e)
 }
 
-// markTransactional notes on c's open attempt that its effect runs in a
-// transaction with the completion, before that transaction starts: a claim
-// whose holder dies before the mark is written is left to the Resolver,
-// which is the safe side.
-func (b *Backend) markTransactional(ctx context.Context, c *idem.Claim) error {
-	return b.fenced(ctx, "mark", c.Scope(), c.Key(), c.Token(), b.q.markTx, txNote)
+// txClaimKey is the context key under which DoTx asks Backend.Claim to take
+// its key's claim marked (txMark).
+type txClaimKey struct{}
+
+// txMark names the key whose claim DoTx is taking.
+type txMark struct{ scope, key string }
+
+// txMarked reports whether ctx is DoTx's, claiming scope and key: the
+// claim's attempt is then written with txNote, the mark recovery reads.
+// The mark goes with the claim, before fn can write anything, and fn
+// writes only in the transaction the completion commits, so a marked claim
+// that is still open has committed no effect.
+func txMarked(ctx context.Context, scope, key string) bool {
+	m, _ := ctx.Value(txClaimKey{}).(*txMark)
+	return m != nil && m.scope == scope && m.key == key
 }
 
 // Transactional implements idem.Transactor: rec's open attempt carries the
-// mark DoTx wrote before its transaction began.
+// mark DoTx's claim wrote.
 func (b *Backend) Transactional(rec *idem.Record) bool {
 	if rec.State != idem.StateInProgress || len(rec.Attempts) == 0 {
 		return false
@@ -85,14 +102,19 @@ func (b *Backend) Transactional(rec *idem.Record) bool {
 	return a.Token == rec.Token && a.EndedAt.IsZero() && a.Reason == txNote
 }
 
+// fencedText is the text whose failing cast aborts DoTx's transaction when
+// the fence refuses its completion (queries.completeTx); it shows in the
+// server's log.
+const fencedText = "pgstore: completion fenced: claim recovered"
+
 // txEffect is DoTx's idem.Committer: the transaction fn wrote with.
 type txEffect struct {
 	b  *Backend
-	tx pgx.Tx // nil until fn's transaction began
+	tx *lazyTx // nil until fn ran
 }
 
 // Commit implements idem.Committer: the fenced completion in the effect's
-// transaction, then the commit.
+// transaction and the commit, sent together.
 func (e *txEffect) Commit(ctx context.Context, c *idem.Claim, comp idem.Completion) error {
 	if e.tx == nil {
 		return errors.New("pgstore: DoTx: no transaction to commit")
@@ -114,15 +136,13 @@ func (e *txEffect) Commit(ctx context.Context, c *idem.Claim, comp idem.Completi
 	defer cancel()
 	args := append([]any{c.Scope(), c.Key(), int64(token), res, encodeTime(comp.At), encodeTime(comp.ExpiresAt),
 		text(comp.Recovered)}, ending(comp.Ending)...)
-	tag, err := e.tx.Exec(qctx, e.b.q.complete, args...)
-	if err != nil {
-		return e.b.fail(ctx, "complete", err)
-	}
-	if tag.RowsAffected() == 0 {
+	op, err := e.tx.commitWith(qctx, e.b.q.completeTx, args)
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "22P02" /* invalid_text_representation */ && strings.Contains(pe.Message, fencedText):
 		return fenced
-	}
-	if err := e.tx.Commit(qctx); err != nil {
-		return e.b.fail(ctx, "commit", err)
+	case err != nil:
+		return e.b.fail(ctx, op, err)
 	}
 	return nil
 }
@@ -134,5 +154,5 @@ func (e *txEffect) Rollback(ctx context.Context) {
 	}
 	qctx, cancel := e.b.ctx(ctx)
 	defer cancel()
-	_ = e.tx.Rollback(qctx)
+	e.tx.end(qctx)
 }
