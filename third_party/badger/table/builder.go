@@ -189,7 +189,28 @@ func (b *Builder) handleBlock() {
 
 // Close closes the TableBuilder.
 func (b *Builder) Close() {
+	// An allocator that grew past its initial size (a flush of a large
+	// memtable, an L0->L0 table, well-compressed blocks) would keep its
+	// buffers for as long as it sits in the pool: release it instead.
+	if b.alloc.Allocated() > uint64(initialAllocSize(b.opts.TableSize)) {
+		b.alloc.Release()
+		return
+	}
 	b.opts.AllocPool.Return(b.alloc)
+}
+
+// initialAllocSize is the size NewTableBuilder asks of the allocator pool,
+// as z.NewAllocator rounds it (up to a power of two).
+func initialAllocSize(tableSize uint64) int {
+	sz := 2 * int(tableSize)
+	if sz > maxAllocatorInitialSz {
+		sz = maxAllocatorInitialSz
+	}
+	p := 512
+	for p < sz {
+		p <<= 1
+	}
+	return p
 }
 
 // Empty returns whether it's empty.
@@ -371,7 +392,12 @@ func (b *Builder) ReachedCapacity() bool {
 		4 + // Index length
 		b.lenOffsets
 
-	return uint64(estimateSz) > b.opts.tableCapacity
+	// Compressed blocks are counted as they are compressed, but every
+	// block stays in the allocator uncompressed until the table is
+	// written: bound the uncompressed bytes too, or a table of well
+	// compressed data holds many times its size in memory.
+	return uint64(estimateSz) > b.opts.tableCapacity ||
+		uint64(b.uncompressedSize.Load()) > 2*b.opts.tableCapacity
 }
 
 // Finish finishes the table by appending the index.
@@ -524,7 +550,9 @@ func (b *Builder) compressData(data []byte) ([]byte, error) {
 }
 
 func (b *Builder) buildIndex(bloom []byte) ([]byte, uint32) {
-	builder := fbs.NewBuilder(3 << 20)
+	// The index holds the block offsets (base key, offset, length) and the
+	// Bloom filter: size the builder for them, not a fixed 3 MiB per table.
+	builder := fbs.NewBuilder(int(b.lenOffsets) + len(bloom) + 1024)
 
 	boList, dataSize := b.writeBlockOffsets(builder)
 	// Write block offset vector the the idxBuilder.
