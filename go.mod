@@ -41,3 +41,9 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )
+
+// Badger v4.9.6 with three hunks in table/builder.go that bound what its
+// table builders hold (third_party/badger/PATCHES.md, docs/memory.md).
+// A replace applies only in the main module: programs that import idem
+// add this line to their own go.mod to get the bounded memory.
+replace github.com/dgraph-io/badger/v4 => ./third_party/badger

@@ -43,3 +43,7 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// Badger as idem's own go.mod replaces it (replace directives apply only
+// in the main module; see ../third_party/badger/PATCHES.md).
+replace github.com/dgraph-io/badger/v4 => ../third_party/badger

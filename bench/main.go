@@ -57,6 +57,7 @@ func mainErr(ctx context.Context, args []string) error {
 	tmp := fs.String("tmp", "", "directory for the stores (default the system's temporary directory)")
 	child := fs.String("child", "", "internal: run as a child process of the named workload")
 	render := fs.String("render", "", "render the report again from this results.json into -out, measuring nothing")
+	sustained := fs.Int("sustained-cycles", 0, "sustained cycles per store, sampled every twentieth (default the mode's: 1,000,000 full, 10,000 quick)")
 	if len(args) > 0 && strings.HasPrefix(args[0], "-child=") {
 		// A child's own flags follow; only -child is the parent's.
 		if err := fs.Parse(args[:1]); err != nil {
@@ -77,6 +78,9 @@ func mainErr(ctx context.Context, args []string) error {
 	plan := fullPlan()
 	if *quick {
 		plan = quickPlan()
+	}
+	if *sustained > 0 {
+		plan.SustainedCycles, plan.SustainedEvery = *sustained, max(1, *sustained/20)
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 	res, err := runSuite(ctx, plan, *tmp, split(*only), split(*groups), logf)
