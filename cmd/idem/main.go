@@ -37,6 +37,8 @@ func commands() []command {
 		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
 		{name: "resolve", summary: "settle a stale claim by an operator's verdict: committed with a result, or not", run: resolveCommand},
 		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
+		{name: "backup", summary: "write a consistent backup of a store directory to a file", run: backupCommand},
+		{name: "restore", summary: "restore a backup file into an empty directory", run: restoreCommand},
 	}
 }
 
