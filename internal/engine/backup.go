@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +11,9 @@ import (
 	"path/filepath"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/idemkit/idem/internal/wal"
+	"google.golang.org/protobuf/proto"
 )
 
 // RestoringName is the file Restore keeps in a directory while it loads a
@@ -21,45 +24,82 @@ const RestoringName = "idem.restoring"
 // ErrNotEmpty is returned by Restore when the directory holds files.
 var ErrNotEmpty = errors.New("engine: directory not empty")
 
-// Backup writes Badger's backup stream (DB.Backup's format) of everything
-// the store holds to w, and returns the highest version in it.
+// backupBatch bounds the bytes of keys and values in one list of the
+// backup stream, and so what Backup holds in memory.
+const backupBatch = 1 << 20
+
+// Backup writes, in Badger's backup format (what DB.Backup writes and
+// DB.Load reads), the latest value of every key the store holds to w,
+// and returns the highest version in it.
 //
 // The cut is consistent and holds every write answered before Backup was
 // called: settle first waits until Badger holds every unit the log made
 // durable (under Durable an op is answered once its unit is in the log,
 // before Badger has it); then one read transaction, begun after that,
-// reads the whole keyspace. Badger's streams read the memtables too, so
-// nothing need be flushed, and the log holds nothing Badger lacks at the
-// transaction's timestamp. A unit is one Badger transaction, so the
-// snapshot holds a prefix of the units, each whole: every claim's record
-// with its claim index entry and the token counter written with it. The
-// stream goes on while the store serves; later writes are not in it.
+// reads the whole keyspace. It reads the memtables too, so nothing need
+// be flushed, and the log holds nothing answered that the transaction
+// lacks. A unit is one Badger transaction, so the snapshot holds a
+// prefix of the units, each whole: every claim's record with its claim
+// index entry and the token counter written with it. Writes go on
+// meanwhile; later ones are not in it.
+//
+// Badger's own Stream is not used: it gives each of its producers a
+// transaction of its own, begun at its own moment (the cut would differ
+// by key range), and buffers up to 32 lists of 16 MiB for a slow writer.
+// Deleted and expired keys and older versions are left out: a restore
+// into an empty directory has no use for them.
 func (e *Engine) Backup(ctx context.Context, w io.Writer) (uint64, error) {
 	e.settle()
 	if err := e.brokenErr(); err != nil {
 		// Badger may lack units the log holds: only a reopen applies them.
 		return 0, err
 	}
-	st := e.db.NewStream()
-	// One producer, so one read transaction: Badger gives each producer
-	// its own, begun at its own moment, and the cut would differ by range.
-	st.NumGo = 1
-	st.LogPrefix = "idem backup"
-	return st.Backup(ctxWriter{ctx, w}, 0)
-}
-
-// ctxWriter fails its writes once ctx ends: Stream.Backup runs on a
-// context of its own and stops at the first failed write.
-type ctxWriter struct {
-	ctx context.Context
-	w   io.Writer
-}
-
-func (c ctxWriter) Write(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
+	txn := e.db.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64})
+	defer it.Close()
+	var list pb.KVList
+	var top uint64
+	size := 0
+	for it.Rewind(); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		item := it.Item()
+		kv := &pb.KV{Key: item.KeyCopy(nil), Version: item.Version(), ExpiresAt: item.ExpiresAt(),
+			UserMeta: []byte{item.UserMeta()}}
+		var err error
+		if kv.Value, err = item.ValueCopy(nil); err != nil {
+			return 0, err
+		}
+		list.Kv = append(list.Kv, kv)
+		top = max(top, kv.Version)
+		if size += len(kv.Key) + len(kv.Value); size >= backupBatch {
+			if err := writeList(w, &list); err != nil {
+				return 0, err
+			}
+			size = 0
+		}
 	}
-	return c.w.Write(p)
+	return top, writeList(w, &list)
+}
+
+// writeList writes list as DB.Backup does (its length, little-endian,
+// then the protobuf) and empties it.
+func writeList(w io.Writer, list *pb.KVList) error {
+	if len(list.Kv) == 0 {
+		return nil
+	}
+	buf, err := proto.Marshal(list)
+	if err != nil {
+		return err
+	}
+	list.Kv = list.Kv[:0]
+	if _, err := w.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(buf)))); err != nil {
+		return err
+	}
+	_, err = w.Write(buf)
+	return err
 }
 
 // StoreID returns the store's identity (hex) as its mark records it; ""
