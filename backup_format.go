@@ -15,9 +15,9 @@ import (
 	"time"
 )
 
-// The backup file (format 1) wraps Badger's backup stream (DB.Backup) so
-// that a restore can refuse a foreign, damaged or cut-short file before
-// Badger reads a byte of it:
+// The backup file (format 1) wraps a stream in Badger's backup format
+// (what DB.Backup writes and DB.Load reads) so that a restore can refuse
+// a foreign, damaged or cut-short file before Badger reads a byte of it:
 //
 //	magic "IDEMBACK" | format uint16 | header length uint32 | header JSON | CRC-32C of all before
 //	chunks: length uint32 (1..backupChunk) | CRC-32C of the data | data
