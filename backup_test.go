@@ -31,10 +31,59 @@ func backupBody(k string) []byte {
 // TestStore_Backup_UnderLoad checks the cut: goroutines run Do on
 // distinct keys while Backup runs; restored elsewhere, every key
 // acknowledged before the backup began replays its own result byte for
-// byte, and a claim in progress at the backup comes back orphaned and is
-// settled by the Resolver, neither replayed as done nor run again.
+// byte, no key begun after the backup's read began is there, and the
+// claims in progress at the backup come back orphaned and are settled by
+// the Resolver, neither replayed as done nor run again.
 func TestStore_Backup_UnderLoad(t *testing.T) {
-	src := openStore(t, t.TempDir(), nil)
+	for _, d := range []idem.Durability{idem.Durable, idem.Fast} {
+		t.Run(d.String(), func(t *testing.T) { backupUnderLoad(t, d) })
+	}
+}
+
+// loadKeys are the keys of a load run, by when they were acknowledged.
+type loadKeys struct {
+	mu sync.Mutex
+	// before: acknowledged before Backup was called; late: begun once the
+	// backup had written its first chunk (its read had begun); during: the
+	// others acknowledged.
+	before, during, late []string
+	enough, lateEnough   chan struct{}
+}
+
+func (l *loadKeys) add(k string, pre, late bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case pre:
+		if l.before = append(l.before, k); len(l.before) == 400 {
+			close(l.enough)
+		}
+	case late:
+		if l.late = append(l.late, k); len(l.late) == 50 {
+			close(l.lateEnough)
+		}
+	default:
+		l.during = append(l.during, k)
+	}
+}
+
+// gateWriter calls gate before its second write (the backup's first
+// chunk: the header comes first).
+type gateWriter struct {
+	bytes.Buffer
+	writes int
+	gate   func()
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	if g.writes++; g.writes == 2 {
+		g.gate()
+	}
+	return g.Buffer.Write(p)
+}
+
+func backupUnderLoad(t *testing.T, d idem.Durability) {
+	src := openStore(t, t.TempDir(), &idem.Options{Durability: d})
 	// The downstream: every effect leaves its result here, and the
 	// Resolver reads it back.
 	var ledger sync.Map
@@ -42,16 +91,14 @@ func TestStore_Backup_UnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	ledger.Store("held", []byte("resolved"))
 
-	var started, stop atomic.Bool
-	var mu sync.Mutex
-	var before, during []string // acknowledged before the backup began, and after
-	enough := make(chan struct{})
-	var once sync.Once
+	var started, gated, stop atomic.Bool
+	keys := &loadKeys{enough: make(chan struct{}), lateEnough: make(chan struct{})}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := 0; !stop.Load(); i++ {
 				k := fmt.Sprintf("g%d-k%d", g, i)
+				late := gated.Load()
 				res, replayed, err := src.Do(bg, idem.Request{Key: k}, func(context.Context) (idem.Result, error) {
 					ledger.Store(k, backupBody(k))
 					return idem.Result{Status: 201, Body: backupBody(k)}, nil
@@ -62,24 +109,19 @@ func TestStore_Backup_UnderLoad(t *testing.T) {
 				}
 				// Read after the answer: false means the answer came
 				// before Backup was called.
-				pre := !started.Load()
-				mu.Lock()
-				if pre {
-					before = append(before, k)
-				} else {
-					during = append(during, k)
-				}
-				if len(before) >= 400 {
-					once.Do(func() { close(enough) })
-				}
-				mu.Unlock()
+				keys.add(k, !started.Load(), late)
 			}
 		})
 	}
-	<-enough
+	<-keys.enough
 	started.Store(true)
-	var file bytes.Buffer
-	info, err := src.Backup(bg, &file)
+	// The load goes on while the backup runs: its first chunk waits for 50
+	// keys more.
+	file := &gateWriter{gate: func() {
+		gated.Store(true)
+		<-keys.lateEnough
+	}}
+	info, err := src.Backup(bg, file)
 	stop.Store(true)
 	wg.Wait()
 	require.NoError(t, err)
@@ -90,10 +132,15 @@ func TestStore_Backup_UnderLoad(t *testing.T) {
 	require.NoError(t, src.Close())
 
 	dst := filepath.Join(t.TempDir(), "restored")
-	got, err := idem.Restore(bg, &file, dst, nil)
+	got, err := idem.Restore(bg, &file.Buffer, dst, nil)
 	require.NoError(t, err)
 	require.Equal(t, *info, *got)
+	checkRestored(t, dst, &ledger, keys)
+}
 
+// checkRestored opens the restored store with a Resolver over the ledger
+// and checks every key of the load.
+func checkRestored(t *testing.T, dir string, ledger *sync.Map, keys *loadKeys) {
 	var asked []string // the claims in progress at the backup: held, and Do calls under way
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 		asked = append(asked, rec.Key)
@@ -103,7 +150,7 @@ func TestStore_Backup_UnderLoad(t *testing.T) {
 		}
 		return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 200, Body: body.([]byte)}}, nil
 	})
-	s := openStore(t, dst, &idem.Options{Resolver: resolver})
+	s := openStore(t, dir, &idem.Options{Resolver: resolver})
 	rec, err := s.Get(bg, "", "held")
 	require.NoError(t, err)
 	require.Equal(t, idem.StateInProgress, rec.State)
@@ -113,13 +160,12 @@ func TestStore_Backup_UnderLoad(t *testing.T) {
 	require.Contains(t, asked, "held")
 	require.Equal(t, len(asked), rep.Committed+rep.NotCommitted)
 
-	mu.Lock()
-	defer mu.Unlock()
 	for _, k := range asked {
-		require.NotContains(t, before, k, "a key acknowledged before the backup came back in progress")
+		require.NotContains(t, keys.before, k, "a key acknowledged before the backup came back in progress")
 	}
-	t.Logf("%d claims in progress at the backup; %d keys acknowledged before the backup, %d after it began; backup of %d bytes", len(asked), len(before), len(during), info.Bytes)
-	for _, k := range append(before, "held") {
+	t.Logf("%d claims in progress at the backup; %d keys acknowledged before the backup, %d while it began, %d begun after its read",
+		len(asked), len(keys.before), len(keys.during), len(keys.late))
+	for _, k := range append(keys.before, "held") {
 		res, replayed, err := s.Do(bg, idem.Request{Key: k, Fingerprint: fpOf(k)}, func(context.Context) (idem.Result, error) {
 			t.Errorf("%s ran again on the restored store", k)
 			return idem.Result{}, nil
@@ -132,12 +178,17 @@ func TestStore_Backup_UnderLoad(t *testing.T) {
 		}
 		require.Equal(t, want, res.Body, k)
 	}
-	// Keys acknowledged while the backup ran may or may not be in it; those
-	// that are replay their own result.
-	for _, k := range during {
+	// Keys acknowledged while the backup began may or may not be in it;
+	// those that are replay their own result.
+	for _, k := range keys.during {
 		if rec, err := s.Get(bg, "", k); err == nil && rec.State == idem.StateDone {
 			require.Equal(t, backupBody(k), rec.Result.Body, k)
 		}
+	}
+	// Keys begun after the backup's read began are not in it.
+	for _, k := range keys.late {
+		_, err := s.Get(bg, "", k)
+		require.ErrorIs(t, err, idem.ErrNotFound, k)
 	}
 }
 
