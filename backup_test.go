@@ -141,9 +141,12 @@ func backupUnderLoad(t *testing.T, d idem.Durability) {
 // checkRestored opens the restored store with a Resolver over the ledger
 // and checks every key of the load.
 func checkRestored(t *testing.T, dir string, ledger *sync.Map, keys *loadKeys) {
+	var mu sync.Mutex
 	var asked []string // the claims in progress at the backup: held, and Do calls under way
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
+		mu.Lock() // a Sweep resolves claims concurrently
 		asked = append(asked, rec.Key)
+		mu.Unlock()
 		body, ok := ledger.Load(rec.Key)
 		if !ok {
 			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
