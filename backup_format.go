@@ -158,7 +158,8 @@ type backupReader struct {
 	r     *bufio.Reader
 	sum   hash.Hash
 	n     int64
-	chunk []byte // checked bytes not yet read
+	chunk []byte // checked bytes not yet read, in buf
+	buf   []byte
 	body  int64
 	done  bool  // the end was read and matched
 	err   error // the damage found, if any
@@ -253,7 +254,10 @@ func (br *backupReader) next() error {
 	if err := br.full(h[4:]); err != nil {
 		return err
 	}
-	buf := make([]byte, n)
+	if cap(br.buf) < int(n) {
+		br.buf = make([]byte, backupChunk)
+	}
+	buf := br.buf[:n]
 	if err := br.full(buf); err != nil {
 		return err
 	}

@@ -345,3 +345,43 @@ var errDiskFull = errors.New("destination full")
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errDiskFull }
+
+// BenchmarkStore_Backup backs up, and restores, a store of 100,000 done
+// records with bodies of 200 bytes; bytes/s are the backup file's.
+func BenchmarkStore_Backup(b *testing.B) {
+	s := openStore(b, b.TempDir(), &idem.Options{Durability: idem.Fast})
+	body := bytes.Repeat([]byte("x"), 200)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < 100_000; i += 8 {
+				_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint("k", i)}, func(context.Context) (idem.Result, error) {
+					return idem.Result{Status: 200, Body: body}, nil
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var file bytes.Buffer
+	b.Run("backup", func(b *testing.B) {
+		for b.Loop() {
+			file.Reset()
+			if _, err := s.Backup(bg, &file); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(file.Len()))
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := idem.Restore(bg, bytes.NewReader(file.Bytes()), b.TempDir(), nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(file.Len()))
+	})
+}
