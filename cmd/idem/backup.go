@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -171,6 +172,6 @@ func printBackup(w io.Writer, asJSON bool, verb, dir, file string, info *idem.Ba
 		store = "(no identity)"
 	}
 	_, err := fmt.Fprintf(w, "%s store %s (%s, taken %s): %s, %d bytes, sha256 %s\n",
-		verb, store, dir, info.Time.Format("2006-01-02T15:04:05Z07:00"), file, info.Bytes, info.SHA256)
+		verb, store, dir, info.Time.Format(time.RFC3339), file, info.Bytes, info.SHA256)
 	return err
 }

@@ -48,6 +48,16 @@ func TestBackupRestore(t *testing.T) {
 	mustRun(t, "verify", dir)
 }
 
+func TestBackup_ToStdout(t *testing.T) {
+	dir := verifiedStore(t)
+	code, out, errOut := runIdem(t, "backup", dir, "-")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "backed up store ", "the report goes to stderr when the file is stdout")
+	file := filepath.Join(t.TempDir(), "store.backup")
+	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
+	mustRun(t, "restore", file, filepath.Join(t.TempDir(), "restored"))
+}
+
 func TestBackup_HeldStore(t *testing.T) {
 	dir := verifiedStore(t)
 	s, err := idem.Open(dir, &idem.Options{SweepInterval: -1})
