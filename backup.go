@@ -65,14 +65,18 @@ func (s *Store) Backup(ctx context.Context, w io.Writer) (*BackupInfo, error) {
 //
 // Every chunk of the file is checked before it is loaded, and the file's
 // end before Restore succeeds: a foreign, damaged or cut-short file is
-// ErrCorrupt, and dir is left empty. Until Restore returns nil, Open
-// refuses dir (a restore cut short by a crash leaves a marker behind).
+// ErrCorrupt, and dir is left empty. Open refuses dir while it is being
+// loaded (a restore cut short by a crash leaves a marker behind).
 // Once loaded, the store is opened once and closed, so that it opens
 // normally from then on: it gets an identity of its own and a new
 // high-water mark (it is a new store, never taken for the one backed up
 // that lost data), and the claims that were in progress at the backup
 // are orphaned (their owner is gone): the next Open's recovery hands them
 // to the Resolver.
+//
+// Records keep their expiry times: results whose retention ended since
+// the backup was taken are expired in the restored store, and their keys
+// run again, as they would have in the store backed up.
 func Restore(ctx context.Context, r io.Reader, dir string, opts *Options) (*BackupInfo, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
