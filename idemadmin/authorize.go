@@ -24,9 +24,14 @@ const (
 	// settle. It saves a result that every repeat replays, or releases the
 	// claim so that the next request runs the effect again.
 	AccessSettle
+	// AccessBackup downloads a backup of the whole store: GET backup. It
+	// holds every record with its saved body, so the request asks for
+	// AccessBodies first.
+	AccessBackup
 )
 
-// String names the access: "read", "bodies", "sweep" or "settle".
+// String names the access: "read", "bodies", "sweep", "settle" or
+// "backup".
 func (a Access) String() string {
 	switch a {
 	case AccessRead:
@@ -37,6 +42,8 @@ func (a Access) String() string {
 		return "sweep"
 	case AccessSettle:
 		return "settle"
+	case AccessBackup:
+		return "backup"
 	}
 	return "access(?)"
 }
@@ -44,7 +51,8 @@ func (a Access) String() string {
 // Authorizer decides whether r may have access a. It returns nil to allow
 // it and an error to refuse it: 401 if the error wraps ErrUnauthenticated,
 // 403 otherwise. The error's text is not sent; log it in the Authorizer if
-// it matters. An export with bodies asks for AccessRead, then AccessBodies.
+// it matters. An export with bodies asks for AccessRead, then AccessBodies;
+// a backup for AccessBodies, then AccessBackup.
 type Authorizer func(r *http.Request, a Access) error
 
 // ErrUnauthenticated is wrapped by an Authorizer's error when the request

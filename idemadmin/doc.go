@@ -28,8 +28,9 @@
 //
 // Handler requires an Authorizer and asks it on every request, for the
 // access the request needs: reading the views, reading saved bodies (an
-// export asks for them only with bodies=true), or running a sweep (POST,
-// which asks the resolver and writes). Serve it on an internal listener
+// export asks for them only with bodies=true), running a sweep (POST,
+// which asks the resolver and writes), or downloading a backup of the
+// whole store (GET backup, bodies and backup access). Serve it on an internal listener
 // or behind the server's authentication, never on the public mux next to
 // the tools, and keep bodies and sweep access for the few who need them.
 //

@@ -47,6 +47,8 @@ type HandlerOptions struct {
 //	                              409 when the key holds no stale claim
 //	GET  /export?bodies=false     every record as JSON lines (AuditRecord) [read]
 //	GET  /export?bodies=true      the same with saved bodies [read, bodies]
+//	GET  /backup                  a backup file of the whole store (Store.Backup) [bodies, backup];
+//	                              501 when the backend cannot back itself up
 //
 // Paths are relative to where it is mounted (use http.StripPrefix). Add
 // format=text to inspect, ls, stats or sweep for the command line's
@@ -75,6 +77,7 @@ func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
 	mux.HandleFunc("POST /sweep", h.guard(AccessSweep, h.sweep))
 	mux.HandleFunc("POST /settle", h.guard(AccessSettle, h.settle))
 	mux.HandleFunc("GET /export", h.guard(AccessRead, h.export))
+	mux.HandleFunc("GET /backup", h.guard(AccessBodies, h.backup))
 	return mux
 }
 
@@ -87,7 +90,7 @@ type handler struct {
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string][]string{"endpoints": {
 		"GET inspect?scope=&key=", "GET ls?state=&scope=&older_than=&limit=", "GET stats",
-		"POST sweep", "GET export?bodies=false", "GET export?bodies=true",
+		"POST sweep", "GET export?bodies=false", "GET export?bodies=true", "GET backup",
 	}})
 }
 

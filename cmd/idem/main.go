@@ -6,6 +6,8 @@
 //	idem verify [-json] DIR
 //	idem torture [-duration D] [-workers N] [-json]
 //	idem loss -dir DIR [-accept [-window D] | -end]
+//	idem backup [-json] DIR FILE|-
+//	idem restore [-json] FILE|- DIR
 package main
 
 import (
@@ -41,6 +43,8 @@ func commands() []command {
 		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
 		{name: "torture", summary: "SIGKILL a child running Do at random moments; check nothing ran twice or was lost", run: tortureCommand},
 		{name: "loss", summary: "show, accept or end a store's loss window (absent keys asked about before they run)", run: lossCommand},
+		{name: "backup", summary: "write a consistent backup of a store directory to a file", run: backupCommand},
+		{name: "restore", summary: "restore a backup file into an empty directory", run: restoreCommand},
 	}
 }
 

@@ -164,6 +164,9 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	var pf preflight
 	var lost []string
 	if !bo.InMemory {
+		if err := checkRestoring(bo.Dir); err != nil {
+			return nil, err
+		}
 		var err error
 		if m, err = readMark(bo.Dir); err != nil {
 			if !o.AcceptLoss || !errors.Is(err, ErrCorrupt) {
