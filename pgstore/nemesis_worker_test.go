@@ -28,6 +28,7 @@ import (
 //	ack KEY BODY          Do returned this result without error
 //	eff KEY TOKEN CLASS   how a Do that ran the effect ended (its error's class)
 //	stat CLASS=N ...      the counts so far, every 200 ms and at the end
+//	error TEXT            the first few errors of no known class
 
 // Nemesis modes: how the worker runs its effects.
 const (
@@ -140,10 +141,12 @@ func (o *workerOut) line(format string, args ...any) {
 	_ = o.w.Flush()
 }
 
-func (o *workerOut) count(class string) {
+// count adds one to class and returns its count.
+func (o *workerOut) count(class string) int64 {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.counts[class]++
-	o.mu.Unlock()
+	return o.counts[class]
 }
 
 func (o *workerOut) stat() {
@@ -320,7 +323,9 @@ func nemesisCall(s *idem.Store, pool *pgxpool.Pool, cfg nemesisConfig, out *work
 	}
 	class := errorClass(err)
 	out.count("calls")
-	out.count(class)
+	if out.count(class) <= 3 && class == "error" {
+		out.line("error %s", strings.ReplaceAll(err.Error(), "\n", " / "))
+	}
 	if ran {
 		out.count("ran")
 		out.line("eff %s %d %s", key, token, class)
