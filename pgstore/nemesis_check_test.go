@@ -62,8 +62,10 @@ func (n *nemesis) check() {
 		}
 	}
 
+	t0 := time.Now()
 	f := n.findings(s, b.Table())
-	n.report(f, swept)
+	t.Logf("DEBUG findings %s", time.Since(t0))
+	n.report(s, f, swept)
 	require.Zero(t, f.inProgress, "claims left in progress after the final recovery sweep")
 	require.Empty(t, f.acksBroken, "acknowledged results that do not replay")
 	require.Empty(t, f.doneWithoutEffect, "done records whose effect never ran")
@@ -178,7 +180,7 @@ func (n *nemesis) story(key string) string {
 }
 
 // report logs the run's numbers.
-func (n *nemesis) report(f nemesisFindings, swept idem.SweepReport) {
+func (n *nemesis) report(s *idem.Store, f nemesisFindings, swept idem.SweepReport) {
 	n.mu.Lock()
 	totals := map[string]int64{}
 	for _, m := range n.stats {
@@ -207,10 +209,10 @@ func (n *nemesis) report(f nemesisFindings, swept idem.SweepReport) {
 	}
 	n.mu.Unlock()
 	for _, k := range f.twice {
-		n.t.Logf("twice: %s: %s", k, n.story(k))
+		n.t.Logf("twice: %s: %s; %s", k, n.story(k), recordStory(s, k))
 	}
 	for _, k := range f.releasedButCommitted {
-		n.t.Logf("released but committed: %s: %s", k, n.story(k))
+		n.t.Logf("released but committed: %s: %s; %s", k, n.story(k), recordStory(s, k))
 	}
 }
 
@@ -218,4 +220,18 @@ func (n *nemesis) report(f nemesisFindings, swept idem.SweepReport) {
 func (n *nemesis) checkMarked(f nemesisFindings) {
 	n.t.Logf("%d keys whose unfenced effect ran twice", len(f.twice))
 	n.t.Skip("needs Record.MayHaveRunTwice (issue 16 item 5)")
+}
+
+// recordStory is the key's record in a line: state, token, attempts.
+func recordStory(s *idem.Store, key string) string {
+	rec, err := s.Get(ctx, nemesisScope, key)
+	if err != nil {
+		return "record: " + err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "record %s token %d recovered %q, attempts:", rec.State, rec.Token, rec.Recovered)
+	for _, a := range rec.Attempts {
+		fmt.Fprintf(&b, " [%d %s %s %q]", a.Token, a.Owner, a.Outcome, a.Reason)
+	}
+	return b.String()
 }

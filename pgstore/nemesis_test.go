@@ -223,8 +223,8 @@ func (n *nemesis) read(w *nemesisProc, stdout io.Reader) {
 				n.ackClashes = append(n.ackClashes, fmt.Sprintf("%s: %s and %s", f[1], prev, f[2]))
 			}
 			n.acks[f[1]] = f[2]
-		case f[0] == "eff" && len(f) == 4:
-			n.effects[f[1]] = append(n.effects[f[1]], w.name+" "+f[2]+" "+f[3])
+		case f[0] == "eff" && len(f) >= 4:
+			n.effects[f[1]] = append(n.effects[f[1]], w.name+" "+strings.Join(f[2:], " "))
 		case f[0] == "stat":
 			m := map[string]int64{}
 			for _, kv := range f[1:] {
@@ -256,6 +256,9 @@ func (n *nemesis) run(d time.Duration) {
 		n.undoDue(now)
 		if !now.Before(next) {
 			n.strike()
+			if d := time.Since(now); d > time.Second {
+				n.t.Logf("DEBUG strike took %s %v", d, n.faults)
+			}
 			next = time.Now().Add(n.gap())
 		}
 		wake := next
@@ -271,7 +274,9 @@ func (n *nemesis) run(d time.Duration) {
 		<-t.C
 	}
 	n.undoDue(time.Time{}) // heal everything
+	healed := time.Now()
 	n.stopWorkers()
+	n.t.Logf("the workers took %s to end", time.Since(healed).Round(time.Millisecond))
 }
 
 func (n *nemesis) gap() time.Duration {
@@ -292,7 +297,11 @@ func (n *nemesis) undoDue(now time.Time) {
 	}
 	n.undos = keep
 	for _, u := range due {
+		t0 := time.Now()
 		u.fn()
+		if d := time.Since(t0); d > time.Second {
+			n.t.Logf("DEBUG undo took %s", d)
+		}
 	}
 }
 
@@ -325,7 +334,9 @@ func (n *nemesis) strike() {
 		n.faults["pause"]++
 		n.after(2*time.Second, 8*time.Second, func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
 	case k < 6 && !n.pgDown: // PostgreSQL's immediate stop, then a start
-		n.cl.Crash()
+		if n.cl.Crash() {
+			n.faults["pg_crash_killed"]++ // it did not stop on SIGQUIT within 5 s
+		}
 		n.pgDown = true
 		n.faults["pg_crash"]++
 		n.after(200*time.Millisecond, 2*time.Second, func() {

@@ -26,7 +26,7 @@ import (
 // reports on stdout, one line each:
 //
 //	ack KEY BODY          Do returned this result without error
-//	eff KEY TOKEN CLASS   how a Do that ran the effect ended (its error's class)
+//	eff KEY TOKEN CLASS [ERROR]  how a Do that ran the effect ended
 //	stat CLASS=N ...      the counts so far, every 200 ms and at the end
 //	error TEXT            the first few errors of no known class
 
@@ -41,12 +41,12 @@ const (
 	nemesisGoroutines = 8
 	// keysPerSlot keys are new every slotLen of wall time, the same for
 	// every worker: the goroutines of all workers collide on them.
-	keysPerSlot = 12
-	slotLen     = 250 * time.Millisecond
-	// oldSlots: one Do in five goes to a key of one of the last oldSlots
+	keysPerSlot = 16
+	slotLen     = 500 * time.Millisecond
+	// oldSlots: one Do in three goes to a key of one of the last oldSlots
 	// slots, where it meets replays, claims held by paused workers and
 	// their recovery.
-	oldSlots = 40
+	oldSlots = 24
 )
 
 // nemesisConfig is what a worker reads from its environment.
@@ -265,7 +265,7 @@ func nemesisWorker() error {
 // keys, some to older ones.
 func nemesisKey(rng *rand.Rand) string {
 	slot := time.Now().UnixNano() / int64(slotLen)
-	if rng.IntN(5) == 0 {
+	if rng.IntN(3) == 0 {
 		slot -= int64(rng.IntN(oldSlots))
 	}
 	return fmt.Sprintf("s%d-%02d", slot, rng.IntN(keysPerSlot))
@@ -281,7 +281,7 @@ func nemesisCall(s *idem.Store, pool *pgxpool.Pool, cfg nemesisConfig, out *work
 	// that pauses and held traffic strike between claim, write and
 	// completion.
 	work := func(ctx context.Context) error {
-		t := time.NewTimer(time.Duration(rng.IntN(8000)) * time.Microsecond)
+		t := time.NewTimer(time.Duration(rng.IntN(20000)) * time.Microsecond)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -328,7 +328,11 @@ func nemesisCall(s *idem.Store, pool *pgxpool.Pool, cfg nemesisConfig, out *work
 	}
 	if ran {
 		out.count("ran")
-		out.line("eff %s %d %s", key, token, class)
+		if err != nil && class != "ok" {
+			out.line("eff %s %d %s %s", key, token, class, strings.ReplaceAll(err.Error(), "\n", " / "))
+		} else {
+			out.line("eff %s %d %s", key, token, class)
+		}
 	}
 	if err == nil {
 		out.line("ack %s %s", key, res.Body)

@@ -88,15 +88,27 @@ func (c *Cluster) Stop() {
 
 // Crash stops the server as `pg_ctl stop -m immediate` does: SIGQUIT to
 // the postmaster, which ends every session at once and exits without a
-// checkpoint, so the next start runs crash recovery. It returns once the
-// server has exited; without a running server it does nothing.
-func (c *Cluster) Crash() {
+// checkpoint, so the next start runs crash recovery. If the server has
+// not exited within 5 seconds, every process of it is killed (SIGKILL),
+// and Crash reports true. It returns once the server has exited; without
+// a running server it does nothing.
+func (c *Cluster) Crash() (killed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.proc != nil {
-		c.proc.stop(syscall.SIGQUIT)
-		c.proc = nil
+	if c.proc == nil {
+		return false
 	}
+	_ = c.proc.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-c.proc.exited:
+	case <-time.After(5 * time.Second):
+		// The server runs in a process group of its own (serverAttr).
+		_ = syscall.Kill(-c.proc.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.proc.exited
+		killed = true
+	}
+	c.proc = nil
+	return killed
 }
 
 // Restart starts the server again after Crash, on the same data
