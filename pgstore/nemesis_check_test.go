@@ -189,6 +189,9 @@ func (n *nemesis) report(s *idem.Store, f nemesisFindings, swept idem.SweepRepor
 		}
 	}
 	acks := n.ackCount
+	if n.pgKilled > 0 {
+		n.faults["pg_crash_sigkill"] = n.pgKilled
+	}
 	n.mu.Unlock()
 	var classes []string
 	for k, v := range totals {

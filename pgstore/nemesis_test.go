@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -83,7 +84,8 @@ type nemesis struct {
 	gone    []bool         // the slot's worker was killed, not yet restarted
 	held    []bool         // the slot's proxy holds its traffic
 	cut     []bool         // the slot's proxy refuses connections
-	pgDown  bool
+	pgDown  atomic.Bool    // a crash and restart is under way
+	bg      sync.WaitGroup // the crash and restart
 
 	// mu guards the reports below, written by the workers' readers.
 	mu         sync.Mutex
@@ -92,7 +94,8 @@ type nemesis struct {
 	ackClashes []string            // a key acknowledged with two bodies
 	effects    map[string][]string // key -> "executor token class", per Do that ran it
 	stats      map[string]map[string]int64
-	failures   []string // workers that ended otherwise than asked
+	failures   []string // workers that ended otherwise than asked; a failed restart
+	pgKilled   int      // crashes that needed SIGKILL
 	errors     []string // errors of no known class, the first few of each worker
 }
 
@@ -274,6 +277,7 @@ func (n *nemesis) run(d time.Duration) {
 		<-t.C
 	}
 	n.undoDue(time.Time{}) // heal everything
+	n.bg.Wait()
 	healed := time.Now()
 	n.stopWorkers()
 	n.t.Logf("the workers took %s to end", time.Since(healed).Round(time.Millisecond))
@@ -333,21 +337,33 @@ func (n *nemesis) strike() {
 		}
 		n.faults["pause"]++
 		n.after(2*time.Second, 8*time.Second, func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
-	case k < 6 && !n.pgDown: // PostgreSQL's immediate stop, then a start
-		if n.cl.Crash() {
-			n.faults["pg_crash_killed"]++ // it did not stop on SIGQUIT within 5 s
-		}
-		n.pgDown = true
+	case k < 6 && !n.pgDown.Load(): // PostgreSQL's immediate stop, then a start
+		n.pgDown.Store(true)
 		n.faults["pg_crash"]++
-		n.after(200*time.Millisecond, 2*time.Second, func() {
-			if err := n.cl.Restart(context.Background()); err != nil {
-				n.t.Fatalf("PostgreSQL did not start again: %v", err)
+		down := 200*time.Millisecond + time.Duration(n.rng.Int64N(int64(1800*time.Millisecond)))
+		// In the background: the stop and the start each take seconds
+		// on a loaded machine, and the other faults go on meanwhile.
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			killed := n.cl.Crash()
+			<-time.After(down)
+			err := n.cl.Restart(context.Background())
+			n.mu.Lock()
+			if killed {
+				n.pgKilled++ // it did not stop on SIGQUIT within 5 s
 			}
-			n.pgDown = false
-		})
-	case k < 8 && !n.pgDown: // pg_terminate_backend of half the sessions
+			if err != nil {
+				n.failures = append(n.failures, fmt.Sprintf("PostgreSQL did not start again: %v", err))
+			}
+			n.mu.Unlock()
+			n.pgDown.Store(false)
+		}()
+	case k < 8 && !n.pgDown.Load(): // pg_terminate_backend of half the sessions
 		var killed int
-		err := n.admin.QueryRow(ctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "+
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err := n.admin.QueryRow(qctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "+
 			"WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND random() < 0.5").Scan(&killed)
 		if err == nil {
 			n.faults["terminate"]++
