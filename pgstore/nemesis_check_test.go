@@ -62,9 +62,7 @@ func (n *nemesis) check() {
 		}
 	}
 
-	t0 := time.Now()
 	f := n.findings(s, b.Table())
-	t.Logf("DEBUG findings %s", time.Since(t0))
 	n.report(s, f, swept)
 	require.Zero(t, f.inProgress, "claims left in progress after the final recovery sweep")
 	require.Empty(t, f.acksBroken, "acknowledged results that do not replay")
