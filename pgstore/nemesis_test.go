@@ -275,9 +275,23 @@ func (n *nemesis) run(d time.Duration) {
 	}
 	n.undoDue(time.Time{}) // heal everything
 	n.bg.Wait()
+	// A run on a loaded machine may have acknowledged next to nothing
+	// while it struck: the workers go on, healed, until a few keys are.
+	for deadline := time.Now().Add(2 * time.Minute); n.ackedKeys() < minAckedKeys && time.Now().Before(deadline); {
+		<-time.After(100 * time.Millisecond)
+	}
 	healed := time.Now()
 	n.stopWorkers()
 	n.t.Logf("the workers took %s to end", time.Since(healed).Round(time.Millisecond))
+}
+
+// minAckedKeys is how many keys a run acknowledges at least.
+const minAckedKeys = 20
+
+func (n *nemesis) ackedKeys() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.acks)
 }
 
 func (n *nemesis) gap() time.Duration {
