@@ -92,11 +92,27 @@ type nemesis struct {
 	acks       map[string]string // key -> the body acknowledged for it
 	ackCount   int
 	ackClashes []string            // a key acknowledged with two bodies
-	effects    map[string][]string // key -> "executor token class", per Do that ran it
+	effects    map[string][]effectReport // key -> one per Do that ran its effect
 	stats      map[string]map[string]int64
 	failures   []string // workers that ended otherwise than asked; a failed restart
 	pgKilled   int      // crashes that needed SIGKILL
 	errors     []string // errors of no known class, the first few of each worker
+}
+
+// effectReport is how a Do that ran the effect ended, as its worker said.
+type effectReport struct {
+	executor   string
+	token      uint64
+	fnOK       bool // the effect's write succeeded
+	class, err string
+}
+
+func (e effectReport) String() string {
+	s := fmt.Sprintf("%s token %d fn_ok=%v %s", e.executor, e.token, e.fnOK, e.class)
+	if e.err != "" {
+		s += " (" + e.err + ")"
+	}
+	return s
 }
 
 // nemesisProc is one incarnation of a worker.
@@ -144,7 +160,7 @@ func newNemesis(t *testing.T, cl *pgtest.Cluster, mode string) *nemesis {
 	}
 	n := &nemesis{t: t, cl: cl, admin: admin, cfg: cfg, faults: map[string]int{},
 		rng:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16)),
-		acks: map[string]string{}, effects: map[string][]string{}, stats: map[string]map[string]int64{}}
+		acks: map[string]string{}, effects: map[string][]effectReport{}, stats: map[string]map[string]int64{}}
 	for i := range nemesisWorkers {
 		n.proxies = append(n.proxies, startProxy(t, u.Host))
 		n.workers = append(n.workers, nil)
@@ -226,8 +242,10 @@ func (n *nemesis) read(w *nemesisProc, stdout io.Reader) {
 				n.ackClashes = append(n.ackClashes, fmt.Sprintf("%s: %s and %s", f[1], prev, f[2]))
 			}
 			n.acks[f[1]] = f[2]
-		case f[0] == "eff" && len(f) >= 4:
-			n.effects[f[1]] = append(n.effects[f[1]], w.name+" "+strings.Join(f[2:], " "))
+		case f[0] == "eff" && len(f) >= 5:
+			tok, _ := strconv.ParseUint(f[2], 10, 64)
+			n.effects[f[1]] = append(n.effects[f[1]], effectReport{executor: w.name, token: tok,
+				fnOK: f[3] == "fn_ok", class: f[4], err: strings.Join(f[5:], " ")})
 		case f[0] == "stat":
 			m := map[string]int64{}
 			for _, kv := range f[1:] {

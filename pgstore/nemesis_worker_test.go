@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -26,7 +27,8 @@ import (
 // reports on stdout, one line each:
 //
 //	ack KEY BODY          Do returned this result without error
-//	eff KEY TOKEN CLASS [ERROR]  how a Do that ran the effect ended
+//	eff KEY TOKEN FN CLASS [ERROR]  how a Do that ran the effect ended:
+//	                      FN is fn_ok (the write succeeded) or fn_err
 //	stat CLASS=N ...      the counts so far, every 200 ms and at the end
 //	error TEXT            the first few errors of no known class
 
@@ -275,66 +277,64 @@ func nemesisKey(rng *rand.Rand) string {
 func nemesisCall(s *idem.Store, pool *pgxpool.Pool, cfg nemesisConfig, out *workerOut, rng *rand.Rand) {
 	key := nemesisKey(rng)
 	req := idem.Request{Scope: nemesisScope, Key: key, Fingerprint: "fp"}
-	ran := false
+	ran, fnErr := false, error(nil)
 	var token uint64
-	// The effect takes a few milliseconds on both sides of its write, so
-	// that pauses and held traffic strike between claim, write and
-	// completion.
-	work := func(ctx context.Context) error {
+	insert := "INSERT INTO " + cfg.ledger + " (key, executor, token) VALUES ($1, $2, $3)"
+	// effect writes the ledger row with exec. It takes a few milliseconds
+	// on both sides of its write, so that pauses and held traffic strike
+	// between claim, write and completion; once the write succeeded it
+	// reports success, as an effect that happened must.
+	effect := func(ctx context.Context, exec func(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)) (idem.Result, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		ran, token = true, c.Token()
 		t := time.NewTimer(time.Duration(rng.IntN(20000)) * time.Microsecond)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return nil
 		case <-ctx.Done():
-			return ctx.Err()
+			fnErr = ctx.Err()
+			return idem.Result{}, fnErr
 		}
+		if _, fnErr = exec(ctx, insert, key, cfg.name, int64(token)); fnErr != nil {
+			return idem.Result{}, fnErr
+		}
+		<-time.After(time.Duration(rng.IntN(20000)) * time.Microsecond)
+		return effectResult(cfg.name, token), nil
 	}
-	insert := "INSERT INTO " + cfg.ledger + " (key, executor, token) VALUES ($1, $2, $3)"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var res idem.Result
 	var err error
-	switch cfg.mode {
-	case modeTx:
+	if cfg.mode == modeTx {
 		res, _, err = pgstore.DoTx(ctx, s, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
-			c, _ := idem.ClaimFromContext(ctx)
-			ran, token = true, c.Token()
-			if err := work(ctx); err != nil {
-				return idem.Result{}, err
-			}
-			if _, err := tx.Exec(ctx, insert, key, cfg.name, int64(token)); err != nil {
-				return idem.Result{}, err
-			}
-			return effectResult(cfg.name, token), work(ctx)
+			return effect(ctx, tx.Exec)
 		})
-	default:
+	} else {
 		res, _, err = s.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
-			c, _ := idem.ClaimFromContext(ctx)
-			ran, token = true, c.Token()
-			if err := work(ctx); err != nil {
-				return idem.Result{}, err
-			}
-			if _, err := pool.Exec(ctx, insert, key, cfg.name, int64(token)); err != nil {
-				return idem.Result{}, err
-			}
-			return effectResult(cfg.name, token), work(ctx)
+			return effect(ctx, pool.Exec)
 		})
 	}
 	class := errorClass(err)
 	out.count("calls")
 	if out.count(class) <= 3 && class == "error" {
-		out.line("error %s", strings.ReplaceAll(err.Error(), "\n", " / "))
+		out.line("error %s", oneLine(err))
 	}
 	if ran {
 		out.count("ran")
-		if err != nil && class != "ok" {
-			out.line("eff %s %d %s %s", key, token, class, strings.ReplaceAll(err.Error(), "\n", " / "))
-		} else {
-			out.line("eff %s %d %s", key, token, class)
+		fn := "fn_ok"
+		if fnErr != nil {
+			fn = "fn_err"
 		}
+		out.line("eff %s %d %s %s %s", key, token, fn, class, oneLine(err))
 	}
 	if err == nil {
 		out.line("ack %s %s", key, res.Body)
 	}
+}
+
+func oneLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	return strings.ReplaceAll(err.Error(), "\n", " / ")
 }
