@@ -23,15 +23,15 @@ func (r ledgerRow) body() string { return string(effectResult(r.executor, r.toke
 
 // nemesisFindings is what the checks found, counted.
 type nemesisFindings struct {
-	keys, effects        int
-	twice                []string // keys whose effect ran more than once
+	keys, effects int
+	twice         []string // keys whose effect ran more than once
 	// twiceSeen are the keys of twice where an execution that is not the
 	// key's result reported its write succeeded: Do knew it ran late.
 	// The rest, twice unseen, are keys where every such execution's write
 	// failed as far as its worker knew (it landed later, from a held
 	// network path) or its worker was killed before it could say: no
 	// process learned that it ran.
-	twiceSeen []string
+	twiceSeen            []string
 	releasedButCommitted []string // an effect ran, and the record is not done
 	doneWithoutEffect    []string // done, yet no ledger row
 	disagree             []string // done with a result no ledger row gives

@@ -91,7 +91,7 @@ type nemesis struct {
 	mu         sync.Mutex
 	acks       map[string]string // key -> the body acknowledged for it
 	ackCount   int
-	ackClashes []string            // a key acknowledged with two bodies
+	ackClashes []string                  // a key acknowledged with two bodies
 	effects    map[string][]effectReport // key -> one per Do that ran its effect
 	stats      map[string]map[string]int64
 	failures   []string // workers that ended otherwise than asked; a failed restart
