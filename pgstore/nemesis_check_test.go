@@ -229,6 +229,7 @@ func (n *nemesis) report(s *idem.Store, f nemesisFindings, swept idem.SweepRepor
 		}
 	}
 	acks := n.ackCount
+	down := n.pgDowntime
 	if n.pgKilled > 0 {
 		n.faults["pg_crash_sigkill"] = n.pgKilled
 	}
@@ -242,10 +243,10 @@ func (n *nemesis) report(s *idem.Store, f nemesisFindings, swept idem.SweepRepor
 	sort.Strings(classes)
 	n.t.Logf("nemesis %s: %d Do calls (%s), %d ran their effect; %d keys, %d effects in the ledger, "+
 		"%d keys with effects twice, %d released-but-committed; faults %v; %d acks, the results of %d keys, all replayed; "+
-		"final sweep: %d stale, %d committed, %d not committed",
+		"PostgreSQL down %s in all; final sweep: %d stale, %d committed, %d not committed",
 		n.cfg.mode, totals["calls"], strings.Join(classes, " "), totals["ran"], f.keys, f.effects,
 		len(f.twice), len(f.releasedButCommitted), n.faults, acks, f.acksVerified,
-		swept.Stale, swept.Committed, swept.NotCommitted)
+		down.Round(time.Millisecond), swept.Stale, swept.Committed, swept.NotCommitted)
 	n.mu.Lock()
 	for _, e := range n.errors {
 		n.t.Logf("error: %s", e)

@@ -96,6 +96,7 @@ type nemesis struct {
 	stats      map[string]map[string]int64
 	failures   []string // workers that ended otherwise than asked; a failed restart
 	pgKilled   int      // crashes that needed SIGKILL
+	pgDowntime time.Duration
 	errors     []string // errors of no known class, the first few of each worker
 }
 
@@ -371,10 +372,12 @@ func (n *nemesis) strike() {
 		n.bg.Add(1)
 		go func() {
 			defer n.bg.Done()
+			start := time.Now()
 			killed := n.cl.Crash()
 			<-time.After(down)
 			err := n.cl.Restart(context.Background())
 			n.mu.Lock()
+			n.pgDowntime += time.Since(start)
 			if killed {
 				n.pgKilled++ // it did not stop on SIGQUIT within 5 s
 			}
