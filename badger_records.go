@@ -169,7 +169,7 @@ func (b *BadgerBackend) newClaim(t *engine.Txn, scope, key string, id []byte, ar
 			rec.apply(c)
 			n.FirstSeen = rec.FirstSeen
 			n.Claims = rec.Claims + 1
-			n.Attempts = rec.Attempts
+			n.Attempts, n.MayHaveRunTwice = rec.Attempts, rec.MayHaveRunTwice
 			n.Replays, n.LastReplay = rec.Replays, rec.LastReplay
 			n.Conflicts, n.Mismatches, n.LastRejection = rec.Conflicts, rec.Mismatches, rec.LastRejection
 		}

@@ -219,7 +219,8 @@ func (s *Store) replayClock() (time.Time, time.Duration) {
 // record expires. It fails with ErrFenced if the claim is no longer current,
 // and with a *NotRecordedError (ErrOutcomeNotRecorded) if storage failed or
 // the store closed: the claim then stays for recovery. Release and Hold
-// fail the same ways.
+// fail the same ways. (Do, when its Complete is fenced, records the outcome
+// late: see LateCompleter.)
 func (c *Claim) Complete(ctx context.Context, res Result) error {
 	return c.end(ctx, DecisionSave, res, "", nil)
 }
@@ -351,9 +352,15 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // ErrUnavailable or ErrClosed: the effect may have happened, and the claim
 // is left for recovery, so a retry with the key never runs it twice. If it
 // could not be saved because the claim had been recovered meanwhile (the
-// holder was paused past its lease), the error is a *LateCompletionError,
-// which matches ErrOutcomeNotRecorded and ErrFenced: the effect ran
-// unrecorded.
+// holder was paused past its lease), Do records it late (see
+// LateCompleter): if the record is released or absent, the result is
+// recorded and Do returns as if Complete had succeeded (the effect ran
+// once and is recorded; the next request replays it); if another holder
+// claimed the key since, the record is marked MayHaveRunTwice and the
+// error is a *RanTwiceError (ErrRanTwice, ErrOutcomeNotRecorded). If the
+// backend cannot record it late, or that write fails, the error is a
+// *LateCompletionError, which matches ErrOutcomeNotRecorded and ErrFenced:
+// the effect ran unrecorded.
 func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error)) (res Result, replayed bool, err error) {
 	return s.do(ctx, req, fn, nil)
 }
@@ -398,6 +405,9 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		return *saved, true, nil
 	}
 	c.commit = commit
+	// The claim's time, for its attempt in a late completion's story:
+	// Begin set the first lease's end a lease after it.
+	claimedAt := c.LeaseEnds().Add(-c.lease)
 	rollback := func() {
 		if commit != nil {
 			commit.Rollback(context.WithoutCancel(ctx))
@@ -435,13 +445,14 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 	// text, which may carry secrets (Options.ErrorText); the Observer
 	// gets err itself.
 	late := false
+	var kept Result // the result saved
 	switch s.o.Policy(res, err) {
 	case DecisionSave:
-		saved := res
+		kept = res
 		if err != nil {
-			saved.Error = s.errorText(err)
+			kept.Error = s.errorText(err)
 		}
-		endErr = c.end(endCtx, DecisionSave, saved, "", err)
+		endErr = c.end(endCtx, DecisionSave, kept, "", err)
 		// Fenced after fn ran: unless the write was the effect's own
 		// transaction (rolled back), the effect happened unrecorded.
 		late = commit == nil && errors.Is(endErr, ErrFenced)
@@ -462,7 +473,7 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		endErr = c.end(endCtx, DecisionRelease, Result{}, reason, err)
 	}
 	if late {
-		return res, false, &LateCompletionError{Scope: req.Scope, Key: req.Key, Token: c.token, Err: errors.Join(endErr, err)}
+		return res, false, s.completeLate(endCtx, c, claimedAt, kept, err, endErr)
 	}
 	if errors.Is(endErr, ErrFenced) {
 		// The claim was recovered while fn ran, and the new holder's
@@ -483,34 +494,6 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 }
 
 type claimKey struct{}
-
-// LateCompletionError is what Do returns, beside fn's result, when the
-// effect ran and its outcome was to be saved, but its claim had been
-// recovered first (Complete was fenced: its holder was paused, or cut off
-// from the storage, past the lease and the grace). The effect happened;
-// the record does not hold its result, so the key may be run again, or may
-// already have been, by another holder: treat the outcome as unrecorded,
-// and do not report success to a client that will retry. It matches
-// ErrFenced.
-type LateCompletionError struct {
-	Scope, Key string
-	// Token is the late holder's token.
-	Token uint64
-	// Err holds the fenced completion's error and fn's own error, if any.
-	Err error
-}
-
-func (e *LateCompletionError) Error() string {
-	return fmt.Sprintf("idem: effect for key %q in scope %q ran, but its claim (token %d) was recovered before its result was saved",
-		e.Key, e.Scope, e.Token)
-}
-
-// Unwrap returns Err.
-func (e *LateCompletionError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrOutcomeNotRecorded: the effect ran and
-// its outcome is not recorded. (ErrFenced matches through Err.)
-func (e *LateCompletionError) Is(target error) bool { return target == ErrOutcomeNotRecorded }
 
 // ClaimFromContext returns the claim whose effect Do is running with ctx,
 // so that the effect can pass the fencing token downstream. ctx's

@@ -37,7 +37,13 @@
 //   - the effect ran but its outcome could not be recorded (storage failed
 //     after it, or Close ran out of CloseTimeout under it):
 //     *NotRecordedError (ErrOutcomeNotRecorded), never ErrUnavailable or
-//     ErrClosed; the claim stays for recovery.
+//     ErrClosed; the claim stays for recovery;
+//   - the effect ran but its claim had been recovered first (its holder
+//     was paused past the lease): through a LateCompleter backend, the
+//     late result is recorded if the record is released or absent (Do
+//     returns it as if Complete had succeeded), and otherwise the key is
+//     marked Record.MayHaveRunTwice and Do returns a *RanTwiceError
+//     (ErrRanTwice, ErrOutcomeNotRecorded).
 //
 // The claim is the lock: of any number of concurrent claimers exactly one
 // wins. Each claim carries a fencing token that changes on every claim;
@@ -72,7 +78,9 @@
 //     agent plans the action (see KeyDeriver); a key regenerated on retry
 //     defeats any store.
 //   - Set Retention longer than the longest pause a run can take: a repeat
-//     after expiry runs the effect again.
+//     after expiry runs the effect again, and a late completion that finds
+//     the record expired and reclaimed records its result as a new life,
+//     unaware of any run in between (none is, within the retention).
 //   - With the system clock, a replay of a record
 //     with over a minute to live is judged on a clock reading refreshed
 //     every 100 ms in the background rather than a fresh one, which would

@@ -55,6 +55,13 @@ var (
 	// The concrete error is a *NotRecordedError; it never matches
 	// ErrUnavailable or ErrClosed.
 	ErrOutcomeNotRecorded = errors.New("idem: effect ran but its outcome was not recorded")
+
+	// ErrRanTwice is returned by Do when the effect ran but its claim had
+	// been recovered and the key claimed again before its result was
+	// saved: the effect may have run twice, and the key's record is
+	// marked so (Record.MayHaveRunTwice). It comes with
+	// ErrOutcomeNotRecorded; the concrete error is a *RanTwiceError.
+	ErrRanTwice = errors.New("idem: effect may have run twice")
 )
 
 // Errors returned by Claim.Complete, Claim.Release, Claim.Extend and
@@ -237,7 +244,7 @@ func (e *storageError) Unwrap() []error { return []error{ErrUnavailable, e.err} 
 // otherwise the word "error". It never returns text err's author chose.
 func DefaultErrorText(err error) string {
 	for _, known := range []error{context.Canceled, context.DeadlineExceeded, ErrUnavailable, ErrClosed,
-		ErrOutcomeNotRecorded, ErrFenced, ErrClaimDone, ErrInProgress, ErrMismatch, ErrOutcomeUnknown,
+		ErrRanTwice, ErrOutcomeNotRecorded, ErrFenced, ErrClaimDone, ErrInProgress, ErrMismatch, ErrOutcomeUnknown,
 		ErrInvalidKey, ErrCorrupt, ErrNotFound} {
 		if errors.Is(err, known) {
 			return known.Error()

@@ -41,6 +41,14 @@ const (
 	EventExpired
 	// EventError: a storage or resolver call failed.
 	EventError
+	// EventCompletedLate: a holder whose claim had been recovered (its
+	// Complete was fenced) recorded its result, as nobody had claimed the
+	// key since; the next request replays it.
+	EventCompletedLate
+	// EventRanTwice: a holder whose claim had been recovered finished its
+	// effect after another holder claimed the key: the effect may have
+	// run twice, and the record is marked MayHaveRunTwice.
+	EventRanTwice
 )
 
 var eventNames = [...]string{
@@ -48,7 +56,7 @@ var eventNames = [...]string{
 	EventMismatch: "mismatch", EventCompleted: "completed", EventReleased: "released",
 	EventHeld: "held", EventExtended: "extended", EventFenced: "fenced", EventStale: "stale",
 	EventRecovered: "recovered", EventUnknown: "unknown", EventAttention: "attention",
-	EventExpired: "expired", EventError: "error",
+	EventExpired: "expired", EventError: "error", EventCompletedLate: "completed_late", EventRanTwice: "ran_twice",
 }
 
 // String returns the event's name, such as "claimed".
@@ -92,7 +100,8 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // SlogObserver returns an Observer that logs every event to l with the
 // scope, key and token as attributes: routine events at Debug, rejections
-// and recoveries at Info, attention and errors at Warn and Error. It logs
+// and recoveries (late completions too) at Info, attention and effects
+// that may have run twice at Warn, errors at Error. It logs
 // an event's error with its full text; SlogObserverText logs the text a
 // redaction hook (Options.ErrorText) gives instead.
 func SlogObserver(l *slog.Logger) Observer { return slogObserver(l, nil) }
@@ -107,9 +116,10 @@ func slogObserver(l *slog.Logger, text func(error) string) Observer {
 	return ObserverFunc(func(e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
-		case EventInProgress, EventMismatch, EventStale, EventRecovered, EventUnknown, EventFenced, EventHeld:
+		case EventInProgress, EventMismatch, EventStale, EventRecovered, EventUnknown, EventFenced, EventHeld,
+			EventCompletedLate:
 			level = slog.LevelInfo
-		case EventAttention:
+		case EventAttention, EventRanTwice:
 			level = slog.LevelWarn
 		case EventError:
 			level = slog.LevelError

@@ -91,6 +91,12 @@ type Record struct {
 	NextCheck time.Time `msgpack:"nc,omitempty"`
 	// Attention is true once recovery gave up on the claim.
 	Attention bool `msgpack:"at,omitempty"`
+	// MayHaveRunTwice is true once a holder whose claim had been recovered
+	// finished its effect after another holder claimed the key again: the
+	// effect may have run twice. The newer holder's outcome stands; the
+	// mark stays for the rest of the record's life (its completion or
+	// release keeps it), and the story (Attempts) tells which attempts.
+	MayHaveRunTwice bool `msgpack:"tw,omitempty"`
 	// Recovered says how recovery ended a done record's claim
 	// ("committed"), or why a released record's claim was released.
 	Recovered string `msgpack:"rc,omitempty"`

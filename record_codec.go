@@ -8,7 +8,7 @@ import (
 	"github.com/idemkit/idem/internal/codec"
 )
 
-// Records are stored in the encoding of internal/codec (format 1, see
+// Records are stored in the encoding of internal/codec (format 2, see
 // docs/record-format.md). Its Record, Result and Attempt mirror this
 // package's, field for field, in the same memory layout: the functions here
 // view one as the other rather than copy. A copy field by field cost 15 to

@@ -30,7 +30,7 @@ func testRecords() map[string]*Record {
 		Result: &Result{Status: 500, Header: map[string][]string{"A": {"1", "2"}, "Nil": nil, "Empty": {}},
 			Body: []byte("body"), Error: "boom", Truncated: true},
 		FirstSeen: at, ClaimedAt: at.Add(time.Second), DoneAt: at.Add(2 * time.Second), Claims: 3, Checks: 2,
-		NextCheck: at.Add(time.Minute), Attention: true, Recovered: "committed", Owner: "o",
+		NextCheck: at.Add(time.Minute), Attention: true, MayHaveRunTwice: true, Recovered: "committed", Owner: "o",
 		Attempts: []Attempt{{Token: 1, ClaimedAt: at, Owner: "o", EndedAt: at, Outcome: "released", Reason: "r", Status: 1},
 			{Token: 2, ClaimedAt: at}, {Token: 3, ClaimedAt: at, Status: -1}},
 		Replays: 4, LastReplay: at.Add(3 * time.Second), Conflicts: 5, Mismatches: 6, LastRejection: at.Add(4 * time.Second)}

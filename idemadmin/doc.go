@@ -53,10 +53,14 @@
 //   - needing attention: recovery gave up after Options.MaxUnknown
 //     inconclusive answers; an operator must decide;
 //   - expired: done or released and past its ExpiresAt, so a repeat runs
-//     the effect again; the next sweep reclaims it.
+//     the effect again; the next sweep reclaims it;
+//   - may have run twice (ran_twice, a mark beside the condition): a holder
+//     paused past its lease finished its effect after the key was claimed
+//     again (idem.Record.MayHaveRunTwice); the story tells which claim.
 //
-// Listings put the claims needing attention first, then stuck ones, then
-// live claims, then done and released records, each group oldest first.
+// Listings put the records that may have run twice first, then the claims
+// needing attention, then stuck ones, then live claims, then done and
+// released records, each group oldest first.
 // A record's age is the time since it entered its state: its claim for
 // one in progress, its completion or release for the others.
 //

@@ -108,7 +108,7 @@ func ExampleNewRow() {
 func ExampleFilter_Check() {
 	f := idemadmin.Filter{State: "pending"}
 	fmt.Println(f.Check())
-	// Output: idemadmin: unknown state "pending" (want one of attention, stuck, in_progress, done, released, expired)
+	// Output: idemadmin: unknown state "pending" (want one of attention, stuck, in_progress, done, released, expired, ran_twice)
 }
 
 func ExampleCollect() {

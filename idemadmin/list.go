@@ -15,7 +15,7 @@ import (
 
 // Conditions a record can be judged in, as Row.Condition and Filter.State
 // name them.
-var conditions = []string{"attention", "stuck", "in_progress", "done", "released", "expired"}
+var conditions = []string{"attention", "stuck", "in_progress", "done", "released", "expired", "ran_twice"}
 
 // Filter selects the records List returns. The zero Filter selects every
 // record, as of the zero time; set Now.
@@ -24,7 +24,8 @@ type Filter struct {
 	Now time.Time
 	// State keeps the records in one state: "in_progress", "done" or
 	// "released", or in one condition: "stuck", "attention" or "expired"
-	// (see Row.Condition). Empty keeps all.
+	// (see Row.Condition), or "ran_twice" for the records marked
+	// idem.Record.MayHaveRunTwice. Empty keeps all.
 	State string
 	// Scope, if not nil, keeps the records of that scope only (the empty
 	// scope is a scope).
@@ -92,19 +93,25 @@ type Row struct {
 	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	// Checks counts the resolver's inconclusive answers about the claim.
 	Checks int `json:"checks,omitempty"`
+	// MayHaveRunTwice is the record's mark: a holder whose claim had been
+	// recovered finished its effect after the key was claimed again.
+	MayHaveRunTwice bool `json:"may_have_run_twice,omitempty"`
 }
 
-// rank orders conditions in a listing: those needing someone first.
+// rank orders conditions in a listing: those needing someone first, the
+// effects that may have run twice before all.
 func (r *Row) rank() int {
-	switch r.Condition {
-	case "attention":
+	switch {
+	case r.MayHaveRunTwice:
 		return 0
-	case "stuck":
+	case r.Condition == "attention":
 		return 1
-	case "in_progress":
+	case r.Condition == "stuck":
 		return 2
-	default:
+	case r.Condition == "in_progress":
 		return 3
+	default:
+		return 4
 	}
 }
 
@@ -127,7 +134,7 @@ func (r *Row) before(o *Row) bool {
 func NewRow(rec *idem.Record, now time.Time) Row {
 	r := Row{Scope: rec.Scope, Key: rec.Key, State: rec.State.String(), Condition: condition(rec, now),
 		Token: rec.Token, Claims: rec.Claims, Replays: rec.Replays, Rejections: rec.Conflicts + rec.Mismatches,
-		Checks: rec.Checks}
+		Checks: rec.Checks, MayHaveRunTwice: rec.MayHaveRunTwice}
 	if rec.State == idem.StateInProgress {
 		r.Since, r.LeaseEnds = rec.ClaimedAt, rec.LeaseEnds
 	} else {
@@ -152,6 +159,8 @@ func (f *Filter) keep(r *Row) bool {
 		return false
 	case f.State == "" || f.State == r.Condition:
 		return true
+	case f.State == "ran_twice":
+		return r.MayHaveRunTwice
 	case f.State == "in_progress" || f.State == "done" || f.State == "released":
 		return f.State == r.State
 	}
@@ -169,9 +178,9 @@ type Listing struct {
 	Scanned int `json:"scanned"`
 }
 
-// List scans every record of l and returns the ones f keeps: those needing
-// attention first, then stuck claims, then live claims, then the rest,
-// each group oldest first.
+// List scans every record of l and returns the ones f keeps: those marked
+// as having possibly run twice first, then those needing attention, then
+// stuck claims, then live claims, then the rest, each group oldest first.
 func List(ctx context.Context, l idem.Lister, f Filter) (*Listing, error) {
 	if err := f.Check(); err != nil {
 		return nil, err
@@ -236,6 +245,9 @@ func (l *Listing) WriteText(w io.Writer) error {
 		cond := r.Condition
 		if r.Checks > 0 {
 			cond += fmt.Sprintf(" (%d checks)", r.Checks)
+		}
+		if r.MayHaveRunTwice {
+			cond = "RAN TWICE? " + cond
 		}
 		deadline := "-"
 		switch {

@@ -36,6 +36,10 @@ type Story struct {
 	Replays    int64          `json:"replays"`
 	Conflicts  int64          `json:"conflicts"`
 	Mismatches int64          `json:"mismatches"`
+
+	// MayHaveRunTwice is the record's mark (idem.Record.MayHaveRunTwice):
+	// the timeline's ran_twice entry tells which claim finished late.
+	MayHaveRunTwice bool `json:"may_have_run_twice,omitempty"`
 	// Timeline holds the story's events, oldest first.
 	Timeline []Entry `json:"timeline"`
 	// Now is the time the story was told at.
@@ -56,7 +60,9 @@ type Entry struct {
 	// as when a restart orphaned a claim), in which case the entry follows
 	// the one before it.
 	Time time.Time `json:"time,omitzero"`
-	// Event names it: first_seen, claimed, completed, released, recovered,
+	// Event names it: first_seen, claimed, completed, completed_late (a
+	// claim recovery had released finished and its result was saved),
+	// ran_twice (one finished after the key was claimed again), released, recovered,
 	// orphaned (or another note on an open claim), unfinished (a claim
 	// that is not the current one and has no outcome), not_kept (claims
 	// the record dropped), lease_ends, lease_ended, unknown, attention,
@@ -74,7 +80,7 @@ type Entry struct {
 func Tell(rec *idem.Record, now time.Time) *Story {
 	s := &Story{
 		Scope: rec.Scope, Key: rec.Key, State: rec.State.String(), Condition: condition(rec, now),
-		Fingerprint: rec.Fingerprint, Token: rec.Token, Claims: rec.Claims,
+		Fingerprint: rec.Fingerprint, Token: rec.Token, Claims: rec.Claims, MayHaveRunTwice: rec.MayHaveRunTwice,
 		FirstSeen: rec.FirstSeen, ExpiresAt: rec.ExpiresAt,
 		Replays: rec.Replays, Conflicts: rec.Conflicts, Mismatches: rec.Mismatches,
 		Now: now,
@@ -88,6 +94,10 @@ func Tell(rec *idem.Record, now time.Time) *Story {
 			Error: rec.Result.Error, Truncated: rec.Result.Truncated}
 	}
 	s.Summary = summary(rec, now)
+	if rec.MayHaveRunTwice {
+		s.Summary = "may have run twice: a claim finished its effect after recovery had handed the key to " +
+			"another (see ran_twice below); " + s.Summary
+	}
 	s.Timeline = timeline(rec, now)
 	return s
 }
@@ -225,6 +235,13 @@ func (s *story) ended(a idem.Attempt) {
 	switch {
 	case a.Outcome == "completed":
 		s.add(a.EndedAt, "completed", a.Token, "completed: %s", saved(a.Status))
+	case a.Outcome == "completed late":
+		s.add(a.EndedAt, "completed_late", a.Token, "completed late, after recovery had ended its claim%s "+
+			"and before anyone claimed the key again: %s", why(a.Reason), saved(a.Status))
+	case strings.HasPrefix(a.Outcome, "completed late: "):
+		s.add(a.EndedAt, "ran_twice", a.Token, "finished late, after recovery had ended its claim%s and the key "+
+			"was claimed again: the effect may have run twice; its result (status %d) was not saved",
+			why(a.Reason), a.Status)
 	case strings.HasPrefix(a.Outcome, "recovered: "):
 		if a.Reason != "" {
 			s.note(a)
@@ -324,6 +341,14 @@ func openClaim(rec *idem.Record, now time.Time, add func(time.Time, string, uint
 	if rec.Attention {
 		add(time.Time{}, "attention", rec.Token, "needs attention: recovery gave up; an operator must decide")
 	}
+}
+
+// why is reason in parentheses after a space, or nothing.
+func why(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " (" + reason + ")"
 }
 
 func saved(status int) string {

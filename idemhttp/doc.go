@@ -40,8 +40,12 @@
 //	repeat with another method, route, body   422 mismatch; the handler does not run
 //	earlier attempt's outcome unknown         Options.UnknownStatus (503) outcome-unknown
 //	store unavailable or closed               503 unavailable, Retry-After; the handler does not run
-//	handler ran, outcome not recorded         the handler's response (or 500 outcome-not-recorded);
-//	                                          a retry is held until recovery, never run again
+//	handler ran, outcome recorded late        the handler's response (its claim was recovered
+//	                                          and nobody had claimed the key: the result is saved)
+//	handler ran, key claimed again meanwhile  409 ran-twice, Retry-After; the handler's response is
+//	                                          dropped: a retry gets the other attempt's outcome
+//	handler ran, outcome not recorded         500 outcome-not-recorded; the handler's response is
+//	                                          dropped; a retry is held until recovery, never run again
 //	repeat, response was too large to keep    first status, response-not-kept, Idempotent-Replayed: true
 //
 // Refusals are application/problem+json (RFC 9457) with the stable type

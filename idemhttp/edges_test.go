@@ -21,8 +21,9 @@ func (noCompleteBackend) Complete(context.Context, string, string, uint64, idem.
 }
 
 // TestMiddleware_OutcomeNotRecorded: the handler ran and its outcome could
-// not be saved. The client gets the handler's response (never 503 "safe
-// to retry"), OnError hears of it, and a retry does not run it again.
+// not be saved. The client gets 500 outcome-not-recorded, not the
+// handler's response, which the record does not hold (and never 503 "safe
+// to retry"); OnError hears of it, and a retry does not run it again.
 func TestMiddleware_OutcomeNotRecorded(t *testing.T) {
 	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
 	if err != nil {
@@ -43,8 +44,11 @@ func TestMiddleware_OutcomeNotRecorded(t *testing.T) {
 	h := &counter{}
 	srv := newServer(t, idemhttp.Middleware(store, o)(h))
 	r := send(t, "POST", srv.URL+"/x", "k", `{}`)
-	if r.status != http.StatusCreated {
-		t.Fatalf("the handler's response is sent: got %d", r.status)
+	if p := r.problem(t); r.status != http.StatusInternalServerError || p.Type != idemhttp.ProblemOutcomeNotRecorded {
+		t.Fatalf("got %d %+v, want 500 outcome-not-recorded", r.status, p)
+	}
+	if r.header.Get("Location") != "" || r.header.Get("Retry-After") != "" {
+		t.Fatalf("the handler's headers are dropped with its response: %v", r.header)
 	}
 	mu.Lock()
 	if len(seen) != 1 || !errors.Is(seen[0], idem.ErrOutcomeNotRecorded) || errors.Is(seen[0], idem.ErrUnavailable) ||

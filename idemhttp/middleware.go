@@ -59,8 +59,10 @@ type Options struct {
 	// server, not the client, caused: Options.Scope failed or returned a
 	// malformed scope, the request body could not be read, or the store
 	// could not be read or written (503), or the handler ran and its
-	// outcome could not be recorded (500; the handler's own response is
-	// sent then, and p is for the log). The problem about to be sent
+	// outcome could not be recorded (500, or 409 ran-twice when another
+	// attempt took the key over; the handler's own response is dropped,
+	// or, if it was already streaming, sent, and p is then for the log).
+	// The problem about to be sent
 	// comes with it. Its Detail is generic: error texts from an
 	// authentication layer or a storage engine may carry tokens, tenant
 	// names, paths or queries, so they never reach the client by default.
@@ -380,16 +382,8 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		})
 		if rec != nil {
 			// The handler ran. Do saved, released or held its result as the
-			// store's policy said, before anything buffered goes out. If
-			// the outcome could not be recorded (ErrOutcomeNotRecorded)
-			// the client still gets the response the handler made: the
-			// claim stays for recovery, and a retry never runs it twice.
-			// OnError hears of it, for the server's log.
-			if errors.Is(err, idem.ErrOutcomeNotRecorded) && m.onError != nil {
-				p := notRecorded(req.Key)
-				m.onError(r, err, &p)
-			}
-			rec.commit()
+			// store's policy said, before anything buffered goes out.
+			m.ran(w, r, req.Key, rec, err)
 			return
 		}
 		var saved *idem.SavedError
@@ -411,6 +405,43 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.refuse(w, r, req.Key, err)
 		return
 	}
+}
+
+// ran answers a request whose handler ran, once Do returned err. The
+// handler's response goes out only when its outcome was recorded (saved,
+// recorded late after its claim was recovered, or released or held as the
+// policy said): a client never holds an answer the key's record
+// contradicts. When it was not recorded (ErrOutcomeNotRecorded: storage
+// failed, or the claim was recovered and the key claimed again, ErrRanTwice)
+// the handler's status, headers and body are dropped and a problem says
+// what a retry with the key will find; OnError hears of err. A response
+// already streaming cannot be taken back: OnError still hears of it.
+func (m *middleware) ran(w http.ResponseWriter, r *http.Request, key string, rec *recorder, err error) {
+	if !errors.Is(err, idem.ErrOutcomeNotRecorded) {
+		rec.commit()
+		return
+	}
+	p, retryAfter := notRecorded(key), time.Duration(0)
+	if errors.Is(err, idem.ErrRanTwice) {
+		p, retryAfter = ranTwice(key), time.Second
+	}
+	if rec.streaming {
+		if m.onError != nil {
+			m.onError(r, err, &p)
+		}
+		return
+	}
+	rec.discard()
+	m.fail(w, r, err, p, retryAfter)
+}
+
+// ranTwice is the problem for an effect whose claim was recovered and
+// taken over by another attempt before its outcome was recorded.
+func ranTwice(key string) Problem {
+	return Problem{Type: ProblemRanTwice, Title: "Outcome superseded by another attempt",
+		Status: http.StatusConflict, Key: key,
+		Detail: fmt.Sprintf("the request with key %q ran, but it stalled past its lease and another attempt with the "+
+			"key took over; that attempt's outcome is the recorded one: retry with the same key to get it", key)}
 }
 
 // replay answers with a saved result, marked as replayed.

@@ -45,10 +45,18 @@ const (
 	// record its outcome (idem.ErrOutcomeNotRecorded). Status 500, no
 	// Retry-After: the effect may have happened, and a retry with the key
 	// is held until recovery resolves the claim, never run a second time.
-	// The middleware sends the handler's own response when it has one, so
-	// this problem is only answered when it has none; OnError sees the
-	// error either way.
+	// The middleware answers it instead of the handler's response, which is
+	// dropped (unless it was already streaming); OnError sees the error.
 	ProblemOutcomeNotRecorded = "https://idemkit.dev/problems/outcome-not-recorded"
+	// ProblemRanTwice: the handler ran, but it stalled past its claim's
+	// lease (and the recovery grace), and another attempt with the key
+	// claimed it before this one's outcome was recorded
+	// (idem.ErrRanTwice). The other attempt's outcome is the recorded one,
+	// and a retry with the key gets it (or 409 in-progress while it runs);
+	// the key is marked as having possibly run twice. Status 409, with
+	// Retry-After. The handler's response is dropped; OnError sees the
+	// error.
+	ProblemRanTwice = "https://idemkit.dev/problems/ran-twice"
 	// ProblemResponseNotKept: the request ran once, but its response was
 	// larger than Options.MaxResponseBytes and was not saved. The status is
 	// the one the first run answered; the header Idempotent-Replayed is set.

@@ -20,8 +20,9 @@ import (
 //
 // A recorder is used by one handler goroutine, as a ResponseWriter is.
 type recorder struct {
-	w   http.ResponseWriter
-	max int // the most body bytes kept in the copy
+	w    http.ResponseWriter
+	max  int         // the most body bytes kept in the copy
+	orig http.Header // the header before the handler ran, for discard
 
 	status    int         // final status; 0 until WriteHeader or the first Write
 	snap      http.Header // the header as it was when the status was set
@@ -37,7 +38,21 @@ var (
 )
 
 func newRecorder(w http.ResponseWriter, max int) *recorder {
-	return &recorder{w: w, max: max}
+	return &recorder{w: w, max: max, orig: w.Header().Clone()}
+}
+
+// discard drops a buffered response: the header goes back to what it was
+// before the handler ran (an outer middleware's stays), so that another
+// answer can be written. It must not be called once streaming.
+func (rw *recorder) discard() {
+	h := rw.w.Header()
+	for k := range h {
+		delete(h, k)
+	}
+	for k, v := range rw.orig {
+		h[k] = v
+	}
+	rw.body = nil
 }
 
 // Header returns the real header map, so headers set by outer middleware

@@ -54,8 +54,12 @@
 //	earlier attempt's outcome unknown   tool error, status outcome_unknown: an operator is resolving it
 //	store unavailable               tool error, status unavailable, _meta.retryAfterSeconds; nothing
 //	                                ran, and a retry with the same key is safe
-//	tool ran, outcome not recorded  the tool's answer (or tool error, status outcome_not_recorded); a
-//	                                retry is held until recovery decides, never run again
+//	tool ran, outcome recorded late the tool's answer (its claim was recovered and nobody had
+//	                                claimed the key since: the answer is saved and replays)
+//	tool ran, key claimed again     tool error, status ran_twice, _meta.retryAfterSeconds: the other
+//	                                call's outcome is the recorded one, and a retry gets it
+//	tool ran, outcome not recorded  tool error, status outcome_not_recorded; a retry is held until
+//	                                recovery decides, never run again
 //
 // Refusals are tool errors, not protocol errors, so that a model reads
 // them and can act; their _meta carries idempotencyStatus, the key and,

@@ -26,3 +26,15 @@ func TestRefuse_OutcomeNotRecorded(t *testing.T) {
 		t.Fatalf("got %+v", res.Meta)
 	}
 }
+
+// TestRefuse_RanTwice: an effect whose claim was taken over is answered
+// ran_twice with a retry hint (the retry gets the recorded outcome), never
+// "unavailable".
+func TestRefuse_RanTwice(t *testing.T) {
+	g := &Guard{clock: idem.SystemClock(), retryAfter: DefaultRetryAfter}
+	err := &idem.RanTwiceError{Scope: "s", Key: "k", Token: 3, Err: &idem.FencedError{Scope: "s", Key: "k", Token: 3}}
+	res := g.refuse("refund", "k", err)
+	if !res.IsError || res.Meta[MetaStatus] != StatusRanTwice || res.Meta[MetaRetryAfter] != 1 {
+		t.Fatalf("got %+v", res.Meta)
+	}
+}

@@ -50,9 +50,14 @@ const (
 	// StatusOutcomeNotRecorded: the tool ran but its outcome could not be
 	// recorded (idem.ErrOutcomeNotRecorded); it may have taken effect, and
 	// a retry with the key is held until recovery decides. The tool's own
-	// answer is returned when there is one, so this status only appears
-	// when there is none.
+	// answer is not returned: the key's record does not hold it.
 	StatusOutcomeNotRecorded = "outcome_not_recorded"
+	// StatusRanTwice: the tool ran, but it stalled past its claim's lease
+	// and another call with the key took over before its outcome was
+	// recorded (idem.ErrRanTwice): the effect may have happened twice, and
+	// the key is marked so. The other call's outcome is the recorded one;
+	// a retry with the key gets it. The tool's own answer is not returned.
+	StatusRanTwice = "ran_twice"
 	// StatusUnauthenticated: the call carries no principal to scope it by.
 	StatusUnauthenticated = "unauthenticated"
 )
@@ -231,9 +236,13 @@ func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
 		return resultOf(tool, res, err)
 	})
 	if ran != nil {
-		// The tool ran: its caller gets its answer even if the outcome could
-		// not be recorded (ErrOutcomeNotRecorded); the claim then stays
-		// for recovery, and a retry never runs it twice.
+		// The tool ran: its caller gets its answer only if the outcome was
+		// recorded (late too), as idemhttp answers. Otherwise
+		// (ErrOutcomeNotRecorded: storage failed, or another call took the
+		// key over) a refusal says what a retry with the key will find.
+		if errors.Is(err, idem.ErrOutcomeNotRecorded) {
+			return g.refuse(tool, req.Key, err), nil
+		}
 		return ran.res, ran.err
 	}
 	var savedErr *idem.SavedError
@@ -328,6 +337,10 @@ func (g *Guard) refuse(tool, key string, err error) *mcp.CallToolResult {
 		return refusal(StatusOutcomeUnknown, key, wait, fmt.Sprintf("an earlier %s call with idempotency key %q "+
 			"stopped before its outcome was recorded; an operator is resolving whether it took effect, and it will "+
 			"not run again until then: do not retry it with a new key", tool, key))
+	case errors.Is(err, idem.ErrRanTwice):
+		return refusal(StatusRanTwice, key, time.Second, fmt.Sprintf("%s with idempotency key %q ran, but it "+
+			"stalled past its lease and another call with the key took over; that call's outcome is the recorded "+
+			"one: retry with the same key and arguments to get it", tool, key))
 	case errors.Is(err, idem.ErrOutcomeNotRecorded):
 		// The tool ran: never "unavailable, retry safely".
 		return refusal(StatusOutcomeNotRecorded, key, 0, fmt.Sprintf("%s with idempotency key %q ran, but its "+

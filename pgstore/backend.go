@@ -19,6 +19,8 @@ import (
 type queries struct {
 	insert, takeOver                   string // Claim
 	complete, release, extend, deferTo string // fenced
+	lateGet, lateInsert, lateDone      string // CompleteLate
+	lateTwice                          string // CompleteLate
 	markTx                             string // fenced: DoTx's mark
 	get, stale, reclaim, scan          string
 	tally                              string
@@ -85,7 +87,7 @@ func newQueries(n names) queries {
 	// Every fenced write ends a hand-out (see Stale): the claim has moved
 	// on, and whoever sweeps next must see it as it is now.
 	const settled = `sweeper = '', sweep_until = {zero}`
-	return queries{
+	q := queries{
 		// insert claims an absent key. DO NOTHING neither waits for nor
 		// locks a row that exists: the statement that follows deals with it.
 		// A conflict still draws a token from the sequence; the gap is
@@ -94,7 +96,7 @@ func newQueries(n names) queries {
 		insert: r.Replace(`
 INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
 SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8,
-	jsonb_build_array(` + newAttempt("n.tok") + `), 0, {zero}, 0, 0, {zero},
+	jsonb_build_array(` + newAttempt("n.tok") + `), 0, {zero}, 0, 0, {zero}, false,
 	'', {zero}
 FROM (SELECT nextval({seq}) AS tok) AS n
 ON CONFLICT (scope, key) DO NOTHING
@@ -134,6 +136,7 @@ WITH claimed AS (
 		conflicts = CASE WHEN r.state = 3 THEN r.conflicts ELSE 0 END,
 		mismatches = CASE WHEN r.state = 3 THEN r.mismatches ELSE 0 END,
 		last_rejection = CASE WHEN r.state = 3 THEN r.last_rejection ELSE {zero} END,
+		twice = r.state = 3 AND r.twice,
 		sweeper = '', sweep_until = {zero}
 	WHERE r.scope = $1 AND r.key = $2 AND (r.state = 3 OR (r.state = 2 AND r.expires_at <= $7))
 	RETURNING true, {r.cols}
@@ -239,6 +242,8 @@ UPDATE {table} AS r SET
 FROM t JOIN locked AS l ON l.scope = t.scope AND l.key = t.key
 WHERE r.scope = t.scope AND r.key = t.key`),
 	}
+	lateQueries(&q, r)
+	return q
 }
 
 // quoteLiteral quotes s as an SQL string literal.

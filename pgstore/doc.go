@@ -71,7 +71,15 @@
 // Effects outside the database (plain Store.Do) have no such guarantee: a
 // paused holder can still act after recovery decided. Pass the fencing token
 // downstream (idem.ClaimFromContext) where the downstream can refuse older
-// tokens.
+// tokens. What such a holder did is not lost: its fenced completion is
+// recorded late (idem.LateCompleter) in one transaction that locks the
+// record's row first (SELECT ... FOR UPDATE), then saves the result if the
+// row is released or absent (an INSERT ... ON CONFLICT DO NOTHING, which
+// starts over when a claim inserted the row meanwhile), or sets the twice
+// column (idem.Record.MayHaveRunTwice) if the key was claimed again. Claims,
+// completions and releases of the key wait for that lock and then see the
+// late outcome. The story is rebuilt in Go and written whole, since the
+// late attempt need not be the last.
 //
 // Reclaim deletes expired done and released records in batches of at most
 // its limit, skipping rows that another transaction holds.

@@ -24,7 +24,7 @@ const (
 // row.dest lists them.
 const recordColumns = "scope, key, format, state, fingerprint, token, lease_ends, expires_at, " +
 	"retention, result, first_seen, claimed_at, done_at, claims, checks, next_check, attention, recovered, owner, " +
-	"attempts, replays, last_replay, conflicts, mismatches, last_rejection"
+	"attempts, replays, last_replay, conflicts, mismatches, last_rejection, twice"
 
 // columns lists recordColumns, each prefixed with alias and a dot if alias
 // is not empty.
@@ -52,6 +52,7 @@ type row struct {
 	replays, lastReplay             int64
 	conflicts, mismatches           int64
 	lastRejection                   int64
+	twice                           bool
 }
 
 // dest returns the scan destinations, in recordColumns order, after extra.
@@ -60,7 +61,7 @@ func (r *row) dest(extra ...any) []any {
 		&r.scope, &r.key, &r.format, &r.state, &r.fingerprint, &r.token, &r.leaseEnds, &r.expiresAt,
 		&r.retention, &r.result, &r.firstSeen, &r.claimedAt, &r.doneAt, &r.claims, &r.checks,
 		&r.nextCheck, &r.attention, &r.recovered, &r.owner,
-		&r.attempts, &r.replays, &r.lastReplay, &r.conflicts, &r.mismatches, &r.lastRejection)
+		&r.attempts, &r.replays, &r.lastReplay, &r.conflicts, &r.mismatches, &r.lastRejection, &r.twice)
 }
 
 // scanRecord reads one row of recordColumns and decodes it.
@@ -92,24 +93,25 @@ func (r *row) record() (*idem.Record, error) {
 		return nil, corrupt("malformed scope or key")
 	}
 	rec := &idem.Record{
-		Format:      uint8(r.format),
-		Scope:       r.scope,
-		Key:         r.key,
-		State:       idem.State(r.state),
-		Fingerprint: string(r.fingerprint),
-		Token:       uint64(r.token),
-		LeaseEnds:   decodeTime(r.leaseEnds),
-		ExpiresAt:   decodeTime(r.expiresAt),
-		Retention:   time.Duration(r.retention),
-		FirstSeen:   decodeTime(r.firstSeen),
-		ClaimedAt:   decodeTime(r.claimedAt),
-		DoneAt:      decodeTime(r.doneAt),
-		Claims:      int(r.claims),
-		Checks:      int(r.checks),
-		NextCheck:   decodeTime(r.nextCheck),
-		Attention:   r.attention,
-		Recovered:   r.recovered,
-		Owner:       r.owner,
+		Format:          uint8(r.format),
+		Scope:           r.scope,
+		Key:             r.key,
+		State:           idem.State(r.state),
+		Fingerprint:     string(r.fingerprint),
+		Token:           uint64(r.token),
+		LeaseEnds:       decodeTime(r.leaseEnds),
+		ExpiresAt:       decodeTime(r.expiresAt),
+		Retention:       time.Duration(r.retention),
+		FirstSeen:       decodeTime(r.firstSeen),
+		ClaimedAt:       decodeTime(r.claimedAt),
+		DoneAt:          decodeTime(r.doneAt),
+		Claims:          int(r.claims),
+		Checks:          int(r.checks),
+		NextCheck:       decodeTime(r.nextCheck),
+		Attention:       r.attention,
+		MayHaveRunTwice: r.twice,
+		Recovered:       r.recovered,
+		Owner:           r.owner,
 
 		Replays:       r.replays,
 		LastReplay:    decodeTime(r.lastReplay),

@@ -77,6 +77,15 @@ ALTER TABLE {table}
 	ADD COLUMN IF NOT EXISTS last_rejection bigint NOT NULL DEFAULT {zero};
 COMMENT ON COLUMN {table}.attempts IS 'the claims of the record''s life, oldest first, bounded (the first and the latest are kept): [{"t": token, "c": claimed at, "o": owner, "e": ended at, "x": outcome, "r": reason or note, "s": status}]; times as the other columns';
 `,
+	}, {
+		version:     3,
+		description: "the may-have-run-twice mark of late completions",
+		// As migration 2: a constant default, no rewrite, and instances of
+		// the previous release go on (they neither read nor clear it).
+		sql: `
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS twice boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN {table}.twice IS 'idem Record.MayHaveRunTwice: a holder whose claim had been recovered finished its effect after the key was claimed again';
+`,
 	}}
 }
 

@@ -20,7 +20,8 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	a := newAdminFlags("inspect", "-dir DIR [-scope SCOPE] [-json] KEY", `
 Tells the story of one key: when it was first seen, each claim (token, owner)
 and how it ended (completed with its status, released and why, recovered and
-how, orphaned by a restart), the replays and the 409/422 rejections it served,
+how, orphaned by a restart, completed late after recovery, or finished after
+the key was claimed again: may have run twice), the replays and the 409/422 rejections it served,
 and when it expires.
 
 `+readOnlyNote, stderr)
@@ -59,13 +60,15 @@ and when it expires.
 
 func lsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	a := newAdminFlags("ls", "-dir DIR [-state S] [-scope SCOPE] [-older-than AGE] [-limit N] [-json]", `
-Lists records: those needing attention first (recovery gave up on them), then
-stuck claims (in progress, lease ended, awaiting recovery), then live claims,
-then done and released records, each group oldest first. AGE is the time
+Lists records: those whose effect may have run twice first (a holder paused
+past its lease finished after the key was claimed again; "RAN TWICE?"), then
+those needing attention (recovery gave up on them), then stuck claims (in
+progress, lease ended, awaiting recovery), then live claims, then done and
+released records, each group oldest first. AGE is the time
 since a record entered its state (90s, 15m, 2h, 7d).
 
 `+readOnlyNote, stderr)
-	state := a.fs.String("state", "", "keep one `state` or condition: in_progress, done, released, stuck, attention, expired")
+	state := a.fs.String("state", "", "keep one `state` or condition: in_progress, done, released, stuck, attention, expired, ran_twice")
 	scope := a.fs.String("scope", "", "keep one `scope` (-scope '' keeps the empty scope)")
 	olderThan := a.fs.String("older-than", "", "keep records in their state at least this `age` long")
 	limit := a.fs.Int("limit", 50, "show at most this many records; 0 shows all")

@@ -166,6 +166,9 @@ func decodeFast(in []byte) (*Record, bool) {
 		case "at":
 			r.Attention, ok = d.bool()
 			bit = 1 << 16
+		case "tw":
+			r.MayHaveRunTwice, ok = d.bool()
+			bit = 1 << 25
 		case "rc":
 			r.Recovered, ok = d.str()
 			bit = 1 << 17

@@ -20,7 +20,7 @@ func Marshal(r *Record) []byte {
 func recordFields(r *Record) int {
 	n := 12 // v sc k st fp tk le ex rt fs ca cl
 	n += b2i(r.Result != nil) + b2i(!r.DoneAt.IsZero()) + b2i(r.Checks != 0) +
-		b2i(!r.NextCheck.IsZero()) + b2i(r.Attention) + b2i(r.Recovered != "") +
+		b2i(!r.NextCheck.IsZero()) + b2i(r.Attention) + b2i(r.MayHaveRunTwice) + b2i(r.Recovered != "") +
 		b2i(r.Owner != "") + b2i(len(r.Attempts) > 0) + b2i(r.Replays != 0) +
 		b2i(!r.LastReplay.IsZero()) + b2i(r.Conflicts != 0) + b2i(r.Mismatches != 0) +
 		b2i(!r.LastRejection.IsZero())
@@ -102,6 +102,9 @@ func Size(r *Record) int {
 		n += 3 + timeSize(r.NextCheck)
 	}
 	if r.Attention {
+		n += 3 + 1
+	}
+	if r.MayHaveRunTwice {
 		n += 3 + 1
 	}
 	if r.Recovered != "" {
@@ -209,6 +212,9 @@ func appendMap(b []byte, r *Record) []byte {
 	}
 	if r.Attention {
 		b = append(b, "\xa2at\xc3"...)
+	}
+	if r.MayHaveRunTwice {
+		b = append(b, "\xa2tw\xc3"...)
 	}
 	if r.Recovered != "" {
 		b = appendStr(append(b, "\xa2rc"...), r.Recovered)

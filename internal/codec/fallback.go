@@ -64,7 +64,7 @@ func recordLayout() []mpField {
 	return []mpField{{"v", mpKindInt}, {"sc", mpKindString}, {"k", mpKindString}, {"st", mpKindInt},
 		{"fp", mpKindString}, {"tk", mpKindInt}, {"le", mpKindTime}, {"ex", mpKindTime}, {"rt", mpKindInt},
 		{"r", mpKindResult}, {"fs", mpKindTime}, {"ca", mpKindTime}, {"da", mpKindTime}, {"cl", mpKindInt},
-		{"ck", mpKindInt}, {"nc", mpKindTime}, {"at", mpKindBool}, {"rc", mpKindString}, {"ow", mpKindString},
+		{"ck", mpKindInt}, {"nc", mpKindTime}, {"at", mpKindBool}, {"tw", mpKindBool}, {"rc", mpKindString}, {"ow", mpKindString},
 		{"a", mpKindAttempts}, {"rp", mpKindInt}, {"lr", mpKindTime}, {"cf", mpKindInt}, {"mm", mpKindInt},
 		{"lj", mpKindTime}}
 }

@@ -98,7 +98,7 @@ func FuzzRecordEncode(f *testing.F) {
 		r := &Record{Scope: s1, Key: s2, State: uint8(flags >> 8), Fingerprint: s3, Token: u,
 			LeaseEnds: when(0, at), ExpiresAt: at2, Retention: time.Duration(i1),
 			FirstSeen: at, ClaimedAt: when(1, at2), DoneAt: when(2, at), Claims: int(i2),
-			Checks: int(i1), NextCheck: when(3, at2), Attention: bit(4), Recovered: s3, Owner: s1,
+			Checks: int(i1), NextCheck: when(3, at2), Attention: bit(4), MayHaveRunTwice: bit(11), Recovered: s3, Owner: s1,
 			Replays: i1, LastReplay: when(5, at), Conflicts: i2, Mismatches: int64(u), LastRejection: at2}
 		if bit(6) {
 			r.Result = &Result{Status: int(i2), Body: body, Error: s2, Truncated: bit(7)}

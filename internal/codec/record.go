@@ -22,31 +22,32 @@ const (
 // lets idem view one as the other without a copy. The tags are the format:
 // the msgpack fallback decodes by them.
 type Record struct {
-	Format        uint8         `msgpack:"v"`
-	Scope         string        `msgpack:"sc"`
-	Key           string        `msgpack:"k"`
-	State         uint8         `msgpack:"st"`
-	Fingerprint   string        `msgpack:"fp"`
-	Token         uint64        `msgpack:"tk"`
-	LeaseEnds     time.Time     `msgpack:"le"`
-	ExpiresAt     time.Time     `msgpack:"ex"`
-	Retention     time.Duration `msgpack:"rt"`
-	Result        *Result       `msgpack:"r,omitempty"`
-	FirstSeen     time.Time     `msgpack:"fs"`
-	ClaimedAt     time.Time     `msgpack:"ca"`
-	DoneAt        time.Time     `msgpack:"da,omitempty"`
-	Claims        int           `msgpack:"cl"`
-	Checks        int           `msgpack:"ck,omitempty"`
-	NextCheck     time.Time     `msgpack:"nc,omitempty"`
-	Attention     bool          `msgpack:"at,omitempty"`
-	Recovered     string        `msgpack:"rc,omitempty"`
-	Owner         string        `msgpack:"ow,omitempty"`
-	Attempts      []Attempt     `msgpack:"a,omitempty"`
-	Replays       int64         `msgpack:"rp,omitempty"`
-	LastReplay    time.Time     `msgpack:"lr,omitempty"`
-	Conflicts     int64         `msgpack:"cf,omitempty"`
-	Mismatches    int64         `msgpack:"mm,omitempty"`
-	LastRejection time.Time     `msgpack:"lj,omitempty"`
+	Format          uint8         `msgpack:"v"`
+	Scope           string        `msgpack:"sc"`
+	Key             string        `msgpack:"k"`
+	State           uint8         `msgpack:"st"`
+	Fingerprint     string        `msgpack:"fp"`
+	Token           uint64        `msgpack:"tk"`
+	LeaseEnds       time.Time     `msgpack:"le"`
+	ExpiresAt       time.Time     `msgpack:"ex"`
+	Retention       time.Duration `msgpack:"rt"`
+	Result          *Result       `msgpack:"r,omitempty"`
+	FirstSeen       time.Time     `msgpack:"fs"`
+	ClaimedAt       time.Time     `msgpack:"ca"`
+	DoneAt          time.Time     `msgpack:"da,omitempty"`
+	Claims          int           `msgpack:"cl"`
+	Checks          int           `msgpack:"ck,omitempty"`
+	NextCheck       time.Time     `msgpack:"nc,omitempty"`
+	Attention       bool          `msgpack:"at,omitempty"`
+	MayHaveRunTwice bool          `msgpack:"tw,omitempty"`
+	Recovered       string        `msgpack:"rc,omitempty"`
+	Owner           string        `msgpack:"ow,omitempty"`
+	Attempts        []Attempt     `msgpack:"a,omitempty"`
+	Replays         int64         `msgpack:"rp,omitempty"`
+	LastReplay      time.Time     `msgpack:"lr,omitempty"`
+	Conflicts       int64         `msgpack:"cf,omitempty"`
+	Mismatches      int64         `msgpack:"mm,omitempty"`
+	LastRejection   time.Time     `msgpack:"lj,omitempty"`
 }
 
 // Result mirrors idem.Result. Its fields have unnamed types, so a
