@@ -112,6 +112,8 @@ func errorClass(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, idem.ErrRanTwice):
+		return "ran_twice"
 	case errors.As(err, &late):
 		return "late"
 	case errors.Is(err, idem.ErrInProgress):
