@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -94,15 +95,38 @@ type BadgerOptions struct {
 	// close goes on in the background; a new open fails until it ends).
 	CloseWait time.Duration
 	// AcceptLoss opens a store that came back with less than it held
-	// (a lost or truncated MANIFEST, a lost table, log or memtable log,
-	// tables the MANIFEST lost, a damaged idem.mark): without it such an
-	// open fails with ErrCorrupt naming what is missing. With it the open
-	// logs the loss to Logger as a warning and goes on; the keys lost are
-	// not known to the store, so their effects may run again. Tables the
-	// MANIFEST lost are kept in idem.quarantine. A damaged idem.wal is
-	// not accepted: remove it first. An operator's flag, for one open
-	// after a loss was looked at; never set it by default.
+	// (tables a truncated MANIFEST lost, a lost idem.wal or memtable log,
+	// a damaged idem.mark, a table block that fails its checksum): without
+	// it such an open fails with ErrCorrupt naming what is missing. A
+	// MANIFEST missing beside tables, and a table it names that is missing
+	// or whose index is damaged, are refused even with it. With it the open
+	// logs the loss to Logger as a warning, records it, and goes on.
+	// Tables the MANIFEST lost are kept in idem.quarantine. A damaged
+	// idem.wal is not accepted: remove it first. An operator's flag, for
+	// one open after a loss was looked at; never set it by default.
+	//
+	// The store cannot tell which keys were lost, so the Store opens a
+	// loss window (see LossWindow) lasting LossWindow, or else the
+	// Retention: until it ends, a claim on an absent key (or on a key
+	// released or expired before the loss) is held and the Resolver asked
+	// before its effect runs. Committed: the Resolver's
+	// result is saved and replayed (Do reports it replayed), the effect
+	// does not run. Not committed: the claim goes on and the effect runs.
+	// Unknown, an error, or no Resolver: the claim is held, in progress
+	// with its lease ended, and the request fails with an
+	// *OutcomeUnknownError, as for any claim whose outcome is unknown:
+	// recovery asks again, and an operator sees it (idem ls) and may
+	// settle it (Store.Settle). Each absent key claimed in the window
+	// costs a Resolver call, brand-new keys too. The window is kept in
+	// the store, survives restarts, ends by itself, and
+	// BadgerBackend.EndLossWindow ends it early. The fencing token
+	// counter jumps ahead when it opens, past any token a lost claim held.
 	AcceptLoss bool
+	// LossWindow is how long an accepted loss's window lasts (see
+	// AcceptLoss); 0 means the Store's Retention. Set it to the longest
+	// Request.Retention in use when a request overrides the retention
+	// with a longer one: a key lost is held until it would have expired.
+	LossWindow time.Duration
 	// Tune, if set, may change any Badger option last. Changing
 	// DetectConflicts breaks the contract. SyncWrites is off: under
 	// Durable, the backend syncs a log of its own before each commit.
@@ -138,7 +162,7 @@ type BadgerBackend struct {
 	// committer reads or writes it, and it persists it with the claims.
 	lastToken uint64
 
-	// mu guards open and cursor.
+	// mu guards open, cursor and lossPending.
 	mu sync.Mutex
 	// open holds every in-progress claim with its record as last made
 	// durable: Stale scans it instead of the records, and reads find an
@@ -152,6 +176,14 @@ type BadgerBackend struct {
 	gcMu sync.Mutex // serialises value-log garbage collection
 
 	counts talliedCache // the counts beside records (badger_counts.go)
+
+	// loss is the loss window kept in the store, nil if none
+	// (badger_loss.go); lossPending is what an open accepted as lost
+	// with no window opened yet, and lossLength BadgerOptions.LossWindow.
+	loss        atomic.Pointer[LossWindow]
+	lossPending string
+	lossLength  time.Duration
+	logger      badgerLogger
 }
 
 type openClaim struct {
@@ -205,7 +237,7 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 // recovery resolves them. Unless read-only or in memory, it makes dir 0700
 // and the files in it 0600, whatever the umask (see makePrivate).
 func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
-	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}}
+	b := &BadgerBackend{ro: o.ReadOnly, open: map[string]openClaim{}, lossLength: o.LossWindow, logger: badgerLogger{o.Logger}}
 	private := !o.InMemory && !o.ReadOnly
 	if private {
 		// Only the directory itself before the lock is taken (engine.Open);
@@ -235,6 +267,10 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	}
 	b.eng = eng
 	if o.ReadOnly {
+		if err := b.loadLoss(); err != nil {
+			_ = b.Close()
+			return nil, unavailable("open", err)
+		}
 		return b, nil
 	}
 	if private {
@@ -262,6 +298,9 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	})
 	if err == nil {
 		err = b.orphanOpenClaims()
+	}
+	if err == nil {
+		err = b.loadLoss()
 	}
 	if err != nil {
 		_ = b.Close()
@@ -416,22 +455,15 @@ func badgerTTL(d time.Duration) uint64 { return uint64(time.Now().Add(d).Unix())
 
 // Maintain runs Badger's value-log garbage collection once, so that space
 // freed by reclaimed records returns to the disk over time. The store calls
-// it from its background sweep.
+// it from its background sweep. What the collection rewrites is synced
+// before the value-log files it emptied are deleted (Engine.ValueLogGC).
 func (b *BadgerBackend) Maintain(ctx context.Context) error {
-	db := b.eng.DB()
-	if b.ro || db.Opts().InMemory || !b.gcMu.TryLock() {
+	if b.ro || !b.gcMu.TryLock() {
 		return nil
 	}
 	defer b.gcMu.Unlock()
-	for i := 0; i < 4 && ctx.Err() == nil; i++ {
-		if err := db.RunValueLogGC(0.5); err != nil {
-			if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
-				return nil
-			}
-			return unavailable("maintain", err)
-		}
-	}
-	return nil
+	_, err := b.eng.ValueLogGC(ctx, 0.5, 4)
+	return unavailable("maintain", fromEngine(err))
 }
 
 // Scan implements Lister.

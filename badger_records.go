@@ -178,7 +178,8 @@ func (b *BadgerBackend) newClaim(t *engine.Txn, scope, key string, id []byte, ar
 			t.Delete(expiryKey(rec.ExpiresAt, id))
 		}
 	}
-	n.addAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
+	n.addAttempt(Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner,
+		Reason: b.lossNoteFor(rec, args.Now)}) // badger_loss.go
 	t.Set(withPrefix(prefixClaim, id), nil, 0)
 	return n, b.put(t, id, n, time.Time{})
 }

@@ -126,6 +126,12 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 			s.observeErr("claim", req.Scope, req.Key, 0, err)
 			return nil, nil, err
 		}
+		if claimed && lostMaybe(rec) {
+			// An accepted loss may have forgotten the key (loss.go).
+			if res, err := s.askLost(ctx, rec); res != nil || err != nil {
+				return nil, res, err
+			}
+		}
 		if claimed {
 			c := &Claim{s: s, scope: req.Scope, key: req.Key, fingerprint: req.Fingerprint, token: rec.Token,
 				lease: lease, retention: retention, leaseEnds: rec.LeaseEnds}

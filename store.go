@@ -301,6 +301,7 @@ func New(b Backend, opts *Options) *Store {
 	} else {
 		close(s.clockDone)
 	}
+	s.openLossWindow() // loss.go
 	if s.o.SweepInterval > 0 {
 		go s.background()
 	} else {

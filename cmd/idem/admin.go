@@ -136,6 +136,12 @@ as orphaned and reports them), or start the server again; then run this again.`,
 // as its observer. A running server's lock and an unclean log give errors
 // that say what to do.
 func (a *adminFlags) openStore(write bool, obs idem.Observer) (*idem.Store, error) {
+	return a.openStoreWith(write, obs, idem.BadgerOptions{})
+}
+
+// openStoreWith is openStore with Badger options of the command's (such
+// as AcceptLoss); ReadOnly is set from write.
+func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo idem.BadgerOptions) (*idem.Store, error) {
 	dir := a.dir
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -143,12 +149,13 @@ func (a *adminFlags) openStore(write bool, obs idem.Observer) (*idem.Store, erro
 		}
 		return nil, err
 	}
+	bo.ReadOnly = !write
 	s, err := idem.Open(dir, &idem.Options{
 		SweepInterval: -1,
 		Clock:         a.clock(),
 		Observer:      obs,
 		CloseTimeout:  time.Second,
-		Badger:        idem.BadgerOptions{ReadOnly: !write},
+		Badger:        bo,
 	})
 	switch {
 	case err == nil:

@@ -4,6 +4,8 @@
 //	idem demo [-seed N] [-agents N] [-dir DIR]
 //	idem inspect|ls|stats|sweep|export|resolve -dir DIR [flags]
 //	idem verify [-json] DIR
+//	idem torture [-duration D] [-workers N] [-json]
+//	idem loss -dir DIR [-accept [-window D] | -end]
 package main
 
 import (
@@ -37,6 +39,8 @@ func commands() []command {
 		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
 		{name: "resolve", summary: "settle a stale claim by an operator's verdict: committed with a result, or not", run: resolveCommand},
 		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
+		{name: "torture", summary: "SIGKILL a child running Do at random moments; check nothing ran twice or was lost", run: tortureCommand},
+		{name: "loss", summary: "show, accept or end a store's loss window (absent keys asked about before they run)", run: lossCommand},
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +27,9 @@ type preflight struct {
 	// to QuarantineName; maxQuarantined is the highest version they hold.
 	quarantined    []string
 	maxQuarantined uint64
+	// moved says they were moved (not in a read-only open, where Badger
+	// deletes nothing and they stay where they are).
+	moved bool
 }
 
 // checkBefore checks what Badger will read in dir before it reads it, so
@@ -107,6 +109,7 @@ func checkBefore(dir string, bo badger.Options) (preflight, error) {
 		if err := os.Rename(filepath.Join(dir, name), filepath.Join(q, name)); err != nil {
 			return pf, err
 		}
+		pf.moved = true
 	}
 	return pf, nil
 }
@@ -115,33 +118,40 @@ func checkBefore(dir string, bo badger.Options) (preflight, error) {
 // is open: leftovers of a crash hold nothing newer than what Badger holds
 // (their writes are in the tables they were compacted from, or in the
 // memtable log they were flushed from, which Badger keeps until the table
-// is recorded), and are removed. Otherwise the MANIFEST lost them: they go
-// back and the open fails, unless accept, which keeps them aside.
-func checkAfter(dir string, db *badger.DB, pf preflight, accept bool, log *slog.Logger) error {
+// is recorded), and are removed. Otherwise the MANIFEST lost them: the
+// error says so, and they go back (the open fails), unless accept, which
+// keeps them aside.
+func checkAfter(dir string, db *badger.DB, pf preflight, accept bool) error {
 	if len(pf.quarantined) == 0 {
 		return nil
 	}
 	q := filepath.Join(dir, QuarantineName)
-	if have := db.MaxVersion(); pf.maxQuarantined > have {
-		msg := fmt.Sprintf("tables %s are not in the MANIFEST and hold commits up to version %d, Badger only up to %d (a truncated MANIFEST)",
-			strings.Join(pf.quarantined, ", "), pf.maxQuarantined, have)
-		if accept {
-			log.Warn("engine: accepting loss: "+msg, "kept_in", q)
+	have := db.MaxVersion()
+	if pf.maxQuarantined <= have {
+		if !pf.moved {
 			return nil
 		}
 		for _, name := range pf.quarantined {
-			if err := os.Rename(filepath.Join(q, name), filepath.Join(dir, name)); err != nil {
+			if err := os.Remove(filepath.Join(q, name)); err != nil {
 				return err
 			}
 		}
-		return fmt.Errorf("%w: %s", ErrCorrupt, msg)
+		return nil
+	}
+	err := fmt.Errorf("%w: tables %s are not in the MANIFEST and hold commits up to version %d, Badger only up to %d (a truncated MANIFEST)",
+		ErrCorrupt, strings.Join(pf.quarantined, ", "), pf.maxQuarantined, have)
+	switch {
+	case !pf.moved:
+		return err
+	case accept:
+		return fmt.Errorf("%w; they are kept in %s", err, q)
 	}
 	for _, name := range pf.quarantined {
-		if err := os.Remove(filepath.Join(q, name)); err != nil {
+		if err := os.Rename(filepath.Join(q, name), filepath.Join(dir, name)); err != nil {
 			return err
 		}
 	}
-	return nil
+	return err
 }
 
 // checkTable reads the footer and index of the table at path as Badger
@@ -201,6 +211,12 @@ func checkTable(path string) (uint64, error) {
 	}
 	if err := y.VerifyChecksum(index, &sum); err != nil {
 		return bad("index fails its checksum")
+	}
+	// A zero-filled file (Badger sizes a table's file before it writes it,
+	// and a kill can come first) has an empty index whose empty checksum
+	// matches; flatbuffers would panic on it. The torture found one.
+	if n < 4 {
+		return bad("no index (zero-filled: cut off while written?)")
 	}
 	return fb.GetRootAsTableIndex(index, 0).MaxVersion(), nil
 }

@@ -77,6 +77,9 @@ func TestOpen_LossIsRefusedUnlessAccepted(t *testing.T) {
 			require.ErrorIs(t, err, ErrCorrupt)
 			t.Log(err)
 			require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt, "a refused open changes nothing that makes the next one pass")
+			_, err = Open(Options{Badger: badger.DefaultOptions(dir).WithLogger(nil).WithReadOnly(true)})
+			require.ErrorIs(t, err, ErrCorrupt, "read-only")
+			require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt, "a refused read-only open moves nothing")
 		})
 	}
 }
@@ -89,6 +92,33 @@ func TestOpen_AcceptLoss(t *testing.T) {
 	require.ErrorIs(t, tryOpen(t, dir, false), ErrCorrupt)
 	require.NoError(t, tryOpen(t, dir, true))
 	require.NoError(t, tryOpen(t, dir, false))
+}
+
+// TestOpen_AcceptedLossIsRecorded: an open that accepts a loss records
+// what was lost under LossKey, durably with the new mark, and keeps it
+// (the store above deletes it); an open that accepts nothing records
+// nothing.
+func TestOpen_AcceptedLossIsRecorded(t *testing.T) {
+	lossOf := func(dir string) string {
+		e := openEngine(t, dir, Options{Durable: true})
+		v, _ := read(t, e, LossKey)
+		require.NoError(t, e.Close())
+		return v
+	}
+	dir := filled(t)
+	require.NoError(t, tryOpen(t, dir, true), "nothing to accept")
+	require.Empty(t, lossOf(dir))
+
+	require.NoError(t, os.Remove(filepath.Join(dir, LogName)))
+	require.NoError(t, tryOpen(t, dir, true))
+	first := lossOf(dir)
+	require.Contains(t, first, LogName+" is missing")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, MarkName), []byte("{"), 0o600))
+	require.NoError(t, tryOpen(t, dir, true))
+	both := lossOf(dir)
+	require.Contains(t, both, first, "a second loss adds to the first")
+	require.Contains(t, both, MarkName+" is damaged")
 }
 
 // TestOpen_UnreferencedTableOfACrashIsRemoved leaves a table the MANIFEST
@@ -125,6 +155,23 @@ func TestOpen_PartialTableOfACrashIsRemoved(t *testing.T) {
 			require.ErrorIs(t, err, os.ErrNotExist)
 		})
 	}
+}
+
+// TestOpen_ZeroFilledTableOfACrashIsRemoved: Badger sizes a table's file
+// before writing it, so a kill can leave one of zeros, whose empty index
+// passes its empty checksum; the check must not hand it to flatbuffers
+// (a panic in Open: idem torture found it).
+func TestOpen_ZeroFilledTableOfACrashIsRemoved(t *testing.T) {
+	dir := filled(t)
+	extra := filepath.Join(dir, "999999.sst")
+	require.NoError(t, os.WriteFile(extra, make([]byte, 64<<10), 0o600))
+	require.NoError(t, tryOpen(t, dir, false))
+	_, err := os.Stat(extra)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	zero := filepath.Join(t.TempDir(), "000001.sst")
+	require.NoError(t, os.WriteFile(zero, make([]byte, 4096), 0o600))
+	_, err = checkTable(zero)
+	require.ErrorIs(t, err, ErrCorrupt)
 }
 
 func tables(t *testing.T, dir string) []string {

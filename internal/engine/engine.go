@@ -62,7 +62,9 @@ type Options struct {
 	Resident func(key []byte) []byte
 	// AcceptLoss opens a store that comes back with less than its mark
 	// says it held (ErrCorrupt otherwise), logging what was lost to
-	// Logger, and makes what it holds the new mark.
+	// Logger, and makes what it holds the new mark. What was lost is
+	// recorded durably under LossKey before the new mark is written, for
+	// the store above to act on (and delete) before it forgets the loss.
 	AcceptLoss bool
 	// Reserve is the free space (bytes) the file system must keep:
 	// LowSpace reports less, and Open refuses to open a store for writing
@@ -95,6 +97,9 @@ type Engine struct {
 	// mark is the high-water mark as last written (mark.go); the syncer
 	// owns it while the committer runs.
 	mark mark
+	// lost says what an open under AcceptLoss accepted as lost, if
+	// anything (recordLoss).
+	lost []string
 	// space watches the free space (LowSpace).
 	space spaceGuard
 
@@ -157,6 +162,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	}
 	var m *mark
 	var pf preflight
+	var lost []string
 	if !bo.InMemory {
 		var err error
 		if m, err = readMark(bo.Dir); err != nil {
@@ -164,6 +170,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 				return nil, err
 			}
 			o.Logger.Warn("engine: accepting loss: " + err.Error())
+			lost = append(lost, err.Error())
 		}
 		if pf, err = checkBefore(bo.Dir, bo); err != nil {
 			return nil, err
@@ -185,7 +192,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock,
+	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock, lost: lost,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
 	e.settleCond = sync.NewCond(&e.settleMu)
 	e.space.reserve = o.Reserve
@@ -218,8 +225,12 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	}
 	if !bo.InMemory {
 		// A mark from the start: a new store's log must not vanish either,
-		// and a loss accepted is not refused again.
-		if err := e.markDurable(); err != nil {
+		// and a loss accepted is not refused again, but is recorded first.
+		err := e.recordLoss()
+		if err == nil {
+			err = e.markDurable()
+		}
+		if err != nil {
 			if e.log != nil {
 				_ = e.log.Close()
 			}
@@ -254,18 +265,24 @@ func openBadger(bo badger.Options) (db *badger.DB, err error) {
 }
 
 // checkStored checks, with Badger open, the tables checkBefore moved aside
-// and the mark; under AcceptLoss a loss is logged and accepted.
+// and the mark; under AcceptLoss a loss is logged, noted in e.lost and
+// accepted, and the checks go on.
 func (e *Engine) checkStored(m *mark, pf preflight) error {
-	err := checkAfter(e.dir, e.db, pf, e.opts.AcceptLoss, e.opts.Logger)
+	accept := func(err error) error {
+		if err != nil && e.opts.AcceptLoss && errors.Is(err, ErrCorrupt) {
+			e.opts.Logger.Warn("engine: accepting loss: " + err.Error())
+			e.lost = append(e.lost, err.Error())
+			return nil
+		}
+		return err
+	}
+	pf = e.coveredByLog(m, pf)
+	err := accept(checkAfter(e.dir, e.db, pf, e.opts.AcceptLoss))
 	if err == nil {
-		err = e.checkMark(m)
+		err = accept(e.checkMark(m))
 	}
 	if err == nil && !e.opts.SkipTableVerify {
-		err = verifyTables(e.db)
-	}
-	if err != nil && e.opts.AcceptLoss && errors.Is(err, ErrCorrupt) {
-		e.opts.Logger.Warn("engine: accepting loss: " + err.Error())
-		err = nil
+		err = accept(verifyTables(e.db))
 	}
 	if m != nil {
 		e.mark = *m

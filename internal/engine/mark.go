@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/idemkit/idem/internal/wal"
@@ -157,4 +158,32 @@ func (e *Engine) advanceMark() error {
 func (e *Engine) saveMark() error {
 	e.mark.Log = e.mark.Log || e.log != nil
 	return writeMark(e.dir, e.mark)
+}
+
+// LossKey holds, in Badger, what opens under AcceptLoss accepted as lost
+// (their messages, one a line) until the store above deletes it, in the
+// same write that records how it will treat the keys lost. Written before
+// the mark that accepts the loss, it outlives a crash between the two.
+const LossKey = "s/engine/loss"
+
+// recordLoss adds what this open accepted as lost to LossKey; markDurable
+// then makes it durable with the new mark.
+func (e *Engine) recordLoss() error {
+	if len(e.lost) == 0 {
+		return nil
+	}
+	return e.db.Update(func(txn *badger.Txn) error {
+		var had []byte
+		item, err := txn.Get([]byte(LossKey))
+		switch {
+		case err == nil:
+			if had, err = item.ValueCopy(nil); err != nil {
+				return err
+			}
+			had = append(had, '\n')
+		case !errors.Is(err, badger.ErrKeyNotFound):
+			return err
+		}
+		return txn.Set([]byte(LossKey), append(had, strings.Join(e.lost, "\n")...))
+	})
 }

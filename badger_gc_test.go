@@ -1,0 +1,150 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/stretchr/testify/require"
+)
+
+// The rounds of a writer that makes value-log GC rewrite (here and in
+// TestPowerLoss): big results (over the 16 KiB value threshold, so in the
+// value log), 3 of 4 expiring at the end of their round, and small ones;
+// then the expiry, a sweep and the store's maintenance.
+const (
+	gcBigPerRound = 32
+	gcEphemeral   = time.Hour         // the retention of the big results that expire
+	gcKeep        = 10000 * time.Hour // the retention of everything else
+	gcRoundStep   = 2 * time.Hour     // the writer's clock moves this much a round
+)
+
+// powerLossStart is the writer's clock at its start. Checks open the
+// store with a clock there too, so that every record the writer did not
+// expire is live.
+func powerLossStart() time.Time { return time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC) }
+
+// powerLossOptions are the writer's: small memtables and value-log files,
+// so that flushes, compactions and GC come within a few rounds.
+func powerLossOptions(clk idem.Clock) *idem.Options {
+	return &idem.Options{Clock: clk, SweepInterval: -1, CloseTimeout: time.Second,
+		Badger: idem.BadgerOptions{MemTableSize: 128 << 10, Tune: func(bo *badger.Options) {
+			bo.ValueLogFileSize = 1 << 20
+		}}}
+}
+
+// writeGCRound writes a round's results, calling ack with each once it
+// is acknowledged. Big results expire (key "e-ROUND-I") or stay
+// ("k-ROUND-I"); small ones ("s-ROUND-I") stay.
+func writeGCRound(t testing.TB, s *idem.Store, rng *rand.Rand, round int, ack func(key string, body []byte)) {
+	do := func(key string, ret time.Duration, body []byte) {
+		_, replayed, err := s.Do(bg, idem.Request{Key: key, Retention: ret}, func(context.Context) (idem.Result, error) {
+			return idem.Result{Status: 200, Body: body}, nil
+		})
+		require.NoError(t, err, key)
+		require.False(t, replayed, key)
+		ack(key, body)
+	}
+	for i := range gcBigPerRound {
+		kind, ret := "e", gcEphemeral
+		if i%4 == 0 {
+			kind, ret = "k", gcKeep
+		}
+		do(fmt.Sprintf("%s-%d-%d", kind, round, i), ret, randomBody(rng, 16<<10+1+rng.IntN(24<<10)))
+		do(fmt.Sprintf("s-%d-%d", round, i), gcKeep, randomBody(rng, 512+rng.IntN(6<<10)))
+	}
+}
+
+// collectGCRound expires the round's ephemeral results, sweeps them away
+// and runs the store's maintenance (value-log GC); it returns how many
+// value-log files the GC removed.
+func collectGCRound(t testing.TB, s *idem.Store, clk *idemtest.Clock, dir string) int {
+	clk.Advance(gcRoundStep)
+	_, err := s.Sweep(bg)
+	require.NoError(t, err)
+	before := valueLogs(t, dir)
+	require.NoError(t, s.Backend().(idem.Maintainer).Maintain(bg))
+	after := valueLogs(t, dir)
+	gone := 0
+	for name := range before {
+		if !after[name] {
+			gone++
+		}
+	}
+	return gone
+}
+
+func randomBody(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// valueLogs returns the names of Badger's value-log files in dir.
+func valueLogs(t testing.TB, dir string) map[string]bool {
+	names, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for _, n := range names {
+		out[filepath.Base(n)] = true
+	}
+	return out
+}
+
+// errRanAgain is the checks' effect: a result that does not replay runs it.
+var errRanAgain = errors.New("the effect ran again: the result was lost")
+
+// TestBadger_ValueLogGC_KeepsLiveResults: the store's maintenance
+// rewrites value-log files whose results mostly expired, deletes them
+// once done (its hold on the deletion is released), and every live
+// result still replays its own body, before and after a reopen.
+// TestPowerLoss checks that the rewrites are durable before the deletion.
+func TestBadger_ValueLogGC_KeepsLiveResults(t *testing.T) {
+	dir := t.TempDir()
+	clk := idemtest.NewClock(powerLossStart())
+	rng := rand.New(rand.NewPCG(1, 2))
+	s, err := idem.Open(dir, powerLossOptions(clk))
+	require.NoError(t, err)
+	live := map[string][]byte{}
+	gone := 0
+	for round := 0; gone == 0; round++ {
+		require.Less(t, round, 20, "no value-log GC rewrote a file")
+		writeGCRound(t, s, rng, round, func(key string, body []byte) {
+			if key[0] != 'e' {
+				live[key] = body
+			}
+		})
+		gone = collectGCRound(t, s, clk, dir)
+		if round%2 == 1 { // a checkpoint, and Badger's compactions at open
+			require.NoError(t, s.Close())
+			s, err = idem.Open(dir, powerLossOptions(clk))
+			require.NoError(t, err)
+		}
+	}
+	t.Logf("GC removed %d value-log files; %d live results", gone, len(live))
+	check := func() {
+		for key, body := range live {
+			res, replayed, err := s.Do(bg, idem.Request{Key: key}, func(context.Context) (idem.Result, error) {
+				return idem.Result{}, errRanAgain
+			})
+			require.NoError(t, err, key)
+			require.True(t, replayed, key)
+			require.Equal(t, body, res.Body, key)
+		}
+	}
+	check()
+	require.NoError(t, s.Close())
+	s, err = idem.Open(dir, powerLossOptions(idemtest.NewClock(powerLossStart())))
+	require.NoError(t, err)
+	defer s.Close()
+	check()
+}
