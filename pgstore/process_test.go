@@ -40,6 +40,8 @@ func TestHelperProcess(t *testing.T) {
 		err = helperRace()
 	case "hold":
 		err = helperHold()
+	case "nemesis":
+		err = nemesisWorker()
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}

@@ -1,25 +1,25 @@
 package pgstore_test
 
 import (
-	"io"
 	"net"
 	"net/url"
-	"strconv"
 	"sync"
 	"testing"
 )
 
 // proxy forwards TCP connections on 127.0.0.1 to the test server, and can
 // cut them: what a client sees when the server fails over or the network
-// between them breaks.
+// between them breaks. It can also hold their traffic and deliver it
+// later, as a stalled network path does.
 type proxy struct {
 	ln     net.Listener
 	target string
 
-	// mu guards down and conns.
+	// mu guards down, conns and gate.
 	mu    sync.Mutex
 	down  bool                  // refuse new connections
 	conns map[net.Conn]struct{} // both ends of every open connection
+	gate  chan struct{}         // while held: closed by release
 	wg    sync.WaitGroup
 }
 
@@ -34,20 +34,29 @@ func newProxy(t testing.TB) (*proxy, string) {
 	if u.Port() == "" || u.Hostname() == "" {
 		t.Skip("IDEM_POSTGRES_URL has no TCP host and port; the proxy tests need one")
 	}
+	p := startProxy(t, u.Host)
+	u.Host = p.ln.Addr().String()
+	return p, u.String()
+}
+
+// startProxy starts a proxy to target (host:port) on a free port of
+// 127.0.0.1. It is stopped when the test ends.
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: u.Host, conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
 		_ = ln.Close()
+		p.release()
 		p.cut()
 		p.wg.Wait()
 	})
-	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
-	return p, u.String()
+	return p
 }
 
 func (p *proxy) accept() {
@@ -78,9 +87,29 @@ func (p *proxy) accept() {
 	}
 }
 
+// pipe copies src to dst, each chunk after the gate opens: a chunk read
+// while the proxy holds waits, and is delivered on release even if src
+// has closed meanwhile.
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			gate := p.gate
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -95,6 +124,26 @@ func (p *proxy) cut() {
 	p.down = true
 	for c := range p.conns {
 		_ = c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// hold stops delivering traffic, both ways, until release: the kernel
+// and the proxy buffer it, and senders block once their buffers fill.
+func (p *proxy) hold() {
+	p.mu.Lock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// release delivers what hold kept back, and traffic flows again.
+func (p *proxy) release() {
+	p.mu.Lock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
 	}
 	p.mu.Unlock()
 }

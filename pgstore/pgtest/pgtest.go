@@ -65,7 +65,10 @@ type Cluster struct {
 	Dir string
 
 	stopOnce sync.Once
-	stop     func()
+	srv      serverArgs
+	// mu guards proc: the running server, nil after Crash until Restart.
+	mu   sync.Mutex
+	proc *server
 }
 
 // Stop shuts the server down (PostgreSQL's fast shutdown, then SIGKILL if
@@ -73,9 +76,56 @@ type Cluster struct {
 // be called more than once.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
-		c.stop()
+		c.mu.Lock()
+		if c.proc != nil {
+			c.proc.stop(syscall.SIGINT)
+			c.proc = nil
+		}
+		c.mu.Unlock()
 		_ = os.RemoveAll(c.Dir)
 	})
+}
+
+// Crash stops the server as `pg_ctl stop -m immediate` does: SIGQUIT to
+// the postmaster, which ends every session at once and exits without a
+// checkpoint, so the next start runs crash recovery. If the server has
+// not exited within 5 seconds, every process of it is killed (SIGKILL),
+// and Crash reports true. It returns once the server has exited; without
+// a running server it does nothing.
+func (c *Cluster) Crash() (killed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return false
+	}
+	_ = c.proc.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-c.proc.exited:
+	case <-time.After(5 * time.Second):
+		// The server runs in a process group of its own (serverAttr).
+		_ = syscall.Kill(-c.proc.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.proc.exited
+		killed = true
+	}
+	c.proc = nil
+	return killed
+}
+
+// Restart starts the server again after Crash, on the same data
+// directory and port (URL stays valid), and returns once it accepts
+// connections. With a running server it does nothing.
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		return nil
+	}
+	p, err := startServer(ctx, c.srv)
+	if err != nil {
+		return err
+	}
+	c.proc = p
+	return nil
 }
 
 // Start creates and starts a cluster. ctx bounds initdb and the wait for
@@ -136,9 +186,10 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 			cleanup()
 			return nil, err
 		}
-		url, stop, err := startServer(ctx, bin, dir, data, port, cred, o.Settings)
+		a := serverArgs{bin: bin, dir: dir, data: data, port: port, cred: cred, settings: o.Settings}
+		p, err := startServer(ctx, a)
 		if err == nil {
-			return &Cluster{URL: url, Dir: dir, stop: stop}, nil
+			return &Cluster{URL: a.url(), Dir: dir, srv: a, proc: p}, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
@@ -149,43 +200,63 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 	return nil, lastErr
 }
 
-func startServer(ctx context.Context, bin, dir, data string, port int, cred *syscall.Credential, settings []string) (string, func(), error) {
-	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-	logFile, err := os.Create(logPath)
+// serverArgs are what starts a cluster's server, again after a Crash.
+type serverArgs struct {
+	bin, dir, data string
+	port           int
+	cred           *syscall.Credential
+	settings       []string
+}
+
+func (a serverArgs) url() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", a.port)
+}
+
+// server is a running postmaster.
+type server struct {
+	cmd    *exec.Cmd
+	exited chan error // receives Wait's error once
+}
+
+// stop sends sig (SIGINT: fast shutdown; SIGQUIT: immediate), then SIGKILL
+// if the server has not exited within 30 seconds, and waits for it.
+func (p *server) stop(sig syscall.Signal) {
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func startServer(ctx context.Context, a serverArgs) (*server, error) {
+	logPath := filepath.Join(a.dir, fmt.Sprintf("postgres-%d.log", a.port))
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	defer logFile.Close()
-	args := []string{"-D", data, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir}
-	for _, s := range settings {
+	args := []string{"-D", a.data, "-p", strconv.Itoa(a.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + a.dir}
+	for _, s := range a.settings {
 		args = append(args, "-c", s)
 	}
-	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+	cmd := exec.Command(filepath.Join(a.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = serverAttr(cred)
+	cmd.SysProcAttr = serverAttr(a.cred)
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start postgres: %w", err)
+		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		// SIGINT is PostgreSQL's fast shutdown: end sessions, checkpoint, exit.
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	p := &server{cmd: cmd, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
+	url := a.url()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case err := <-exited:
+		case err := <-p.exited:
 			log, _ := os.ReadFile(logPath)
-			return "", nil, fmt.Errorf("postgres exited (%v): %s", err, lastLines(log))
+			return nil, fmt.Errorf("postgres exited (%v): %s", err, lastLines(log))
 		default:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -193,11 +264,11 @@ func startServer(ctx context.Context, bin, dir, data string, port int, cred *sys
 		cancel()
 		if err == nil {
 			_ = conn.Close(context.Background())
-			return url, stop, nil
+			return p, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			stop()
-			return "", nil, fmt.Errorf("postgres did not accept connections: %w", err)
+			p.stop(syscall.SIGINT)
+			return nil, fmt.Errorf("postgres did not accept connections: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -56,3 +56,46 @@ func TestStart(t *testing.T) {
 		t.Error("the server accepts connections after Stop")
 	}
 }
+
+func TestCluster_CrashRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgtest.Start(ctx, &pgtest.Options{NoSync: true, Settings: []string{"fsync=off"}})
+	if errors.Is(err, pgtest.ErrNoBinaries) && os.Getenv("IDEM_REQUIRE_POSTGRES") != "1" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	exec := func(sql string) (int64, error) {
+		conn, err := pgx.Connect(ctx, c.URL)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close(ctx)
+		tag, err := conn.Exec(ctx, sql)
+		return tag.RowsAffected(), err
+	}
+	if _, err := exec("CREATE TABLE t (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec("INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Crash() {
+		t.Error("an idle server did not stop on SIGQUIT")
+	}
+	if _, err := exec("SELECT 1"); err == nil {
+		t.Fatal("the server accepts connections after Crash")
+	}
+	c.Crash() // without a server: nothing
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What committed before the crash is there after crash recovery.
+	n, err := exec("DELETE FROM t WHERE v = 1")
+	if err != nil || n != 1 {
+		t.Fatalf("after the restart: %d rows, %v; want the committed row", n, err)
+	}
+}
