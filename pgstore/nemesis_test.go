@@ -145,7 +145,7 @@ func newNemesis(t *testing.T, cl *pgtest.Cluster, mode string) *nemesis {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := nemesisConfig{mode: mode, schema: schema, table: "records", lease: 1500 * time.Millisecond,
+	cfg := nemesisConfig{mode: mode, schema: schema, table: "records", lease: 1500 * time.Millisecond, grace: nemesisGrace(mode),
 		ledger: pgx.Identifier{schema, "ledger"}.Sanitize()}
 	b, err := pgstore.New(ctx, admin, &pgstore.Options{Schema: schema, Table: cfg.table})
 	if err != nil {
@@ -431,3 +431,25 @@ func (n *nemesis) stopWorkers() {
 		}
 	}
 }
+
+// nemesisGrace is the workers' RecoveryGrace: IDEM_NEMESIS_GRACE if set;
+// else, for unfenced effects, longer than the longest delay the nemesis
+// puts between an effect's write and PostgreSQL (a pause of up to 8 s
+// before the write is sent, then a hold of up to 8 s in the proxy), so
+// that no write can land after recovery asked the Resolver; else the
+// default (the lease). IDEM_NEMESIS_GRACE=1.5s shows the window a grace
+// shorter than the delays leaves (docs/nemesis.md).
+func nemesisGrace(mode string) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("IDEM_NEMESIS_GRACE")); err == nil {
+		return d
+	}
+	if mode == modePlain {
+		return nemesisCoveringGrace
+	}
+	return 0
+}
+
+// nemesisCoveringGrace is a RecoveryGrace above the nemesis's longest
+// delay of a write (8 s paused, then 8 s held): with it, every effect that
+// ran twice must be marked.
+const nemesisCoveringGrace = 20 * time.Second

@@ -59,6 +59,7 @@ type nemesisConfig struct {
 	ledger string // quoted, schema-qualified
 	name   string // executor name in the ledger: worker and incarnation
 	lease  time.Duration
+	grace  time.Duration // Options.RecoveryGrace; 0 for the default
 }
 
 func (c nemesisConfig) environ(url string) []string {
@@ -71,6 +72,7 @@ func (c nemesisConfig) environ(url string) []string {
 		"IDEM_PGSTORE_NAME="+c.name,
 		"IDEM_NEMESIS_MODE="+c.mode,
 		"IDEM_NEMESIS_LEASE="+c.lease.String(),
+		"IDEM_NEMESIS_GRACE="+c.grace.String(),
 	)
 }
 
@@ -79,7 +81,11 @@ func readNemesisConfig() (nemesisConfig, error) {
 	if err != nil {
 		return nemesisConfig{}, err
 	}
-	return nemesisConfig{mode: os.Getenv("IDEM_NEMESIS_MODE"), schema: os.Getenv("IDEM_PGSTORE_SCHEMA"), table: os.Getenv("IDEM_PGSTORE_TABLE"),
+	grace, err := time.ParseDuration(os.Getenv("IDEM_NEMESIS_GRACE"))
+	if err != nil {
+		return nemesisConfig{}, err
+	}
+	return nemesisConfig{grace: grace, mode: os.Getenv("IDEM_NEMESIS_MODE"), schema: os.Getenv("IDEM_PGSTORE_SCHEMA"), table: os.Getenv("IDEM_PGSTORE_TABLE"),
 		ledger: os.Getenv("IDEM_PGSTORE_LEDGER"), name: os.Getenv("IDEM_PGSTORE_NAME"), lease: lease}, nil
 }
 
@@ -215,6 +221,7 @@ func openNemesisStore(cfg nemesisConfig) (*idem.Store, *pgxpool.Pool, error) {
 	s := idem.New(b, &idem.Options{
 		Policy:        policy,
 		Lease:         cfg.lease,
+		RecoveryGrace: cfg.grace,
 		Retention:     24 * time.Hour,
 		SweepInterval: 250 * time.Millisecond,
 		Resolver:      ledgerResolver(pool, cfg.ledger),
