@@ -57,6 +57,7 @@
 //	                                     claim, complete, release, hold
 //	idem.errors                counter   failed storage and resolver calls, by idem.operation
 //	idem.expired               counter   expired records reclaimed
+//	idem.late_completions      counter   effects finished after recovery took their claim, by idem.outcome (recorded_late, ran_twice)
 //
 // # Caveats
 //

@@ -36,6 +36,11 @@ const (
 	MetricErrors = "idem.errors"
 	// MetricExpired counts expired records reclaimed.
 	MetricExpired = "idem.expired"
+	// MetricLateCompletions counts effects whose holder finished after its
+	// claim was recovered, by AttrOutcome: recorded_late (the late result
+	// was saved and replays) or ran_twice (another holder had claimed the
+	// key since: the effect may have run twice, and the record is marked).
+	MetricLateCompletions = "idem.late_completions"
 )
 
 // maxClaimsSeen bounds the claims whose start Telemetry remembers for
@@ -53,6 +58,7 @@ var (
 
 type instruments struct {
 	executions, replays, rejections, verdicts, errors, expired metric.Int64Counter
+	late                                                       metric.Int64Counter
 	claimAge, commit                                           metric.Float64Histogram
 
 	// Attribute sets made once: recording with a prepared set allocates
@@ -61,6 +67,7 @@ type instruments struct {
 	opClaim, opComplete, opRelease, opHold          metric.MeasurementOption
 	endCompleted, endReleased, endHeld, endFenced   metric.MeasurementOption
 	vCommitted, vNotCommitted, vUnknown, vAttention metric.MeasurementOption
+	lateRecorded, lateRanTwice                      metric.MeasurementOption
 }
 
 func newInstruments(m metric.Meter) (instruments, error) {
@@ -83,6 +90,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	in.verdicts = counter(MetricRecoveryVerdicts, "{verdict}", "Recovery's answers about stale claims.")
 	in.errors = counter(MetricErrors, "{error}", "Failed storage and resolver calls.")
 	in.expired = counter(MetricExpired, "{record}", "Expired records reclaimed.")
+	in.late = counter(MetricLateCompletions, "{completion}", "Effects finished after their claim was recovered.")
 	in.claimAge = histogram(MetricClaimAge, "Age of a claim when its holder ended it.", ageBuckets)
 	in.commit = histogram(MetricCommitDuration, "Duration of a storage commit.", commitBuckets)
 
@@ -96,6 +104,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		set(AttrDecision, "held"), set(AttrDecision, "fenced")
 	in.vCommitted, in.vNotCommitted, in.vUnknown, in.vAttention = set(AttrVerdict, "committed"), set(AttrVerdict, "not_committed"),
 		set(AttrVerdict, "unknown"), set(AttrVerdict, "attention")
+	in.lateRecorded, in.lateRanTwice = set(AttrOutcome, "recorded_late"), set(AttrOutcome, "ran_twice")
 	return in, errors.Join(errs...)
 }
 
@@ -152,6 +161,10 @@ func (t *Telemetry) Observe(e idem.Event) {
 		in.errors.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrOperation, e.Reason)))
 	case idem.EventExpired:
 		in.expired.Add(ctx, 1)
+	case idem.EventCompletedLate:
+		in.late.Add(ctx, 1, in.lateRecorded)
+	case idem.EventRanTwice:
+		in.late.Add(ctx, 1, in.lateRanTwice)
 	}
 	if t.watching.Load() > 0 {
 		t.deliver(e)

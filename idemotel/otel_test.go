@@ -338,3 +338,14 @@ func BenchmarkTelemetry_Observe(b *testing.B) {
 		r.tel.Observe(e)
 	}
 }
+
+func TestTelemetry_LateCompletions(t *testing.T) {
+	r := newRig(t, nil, nil)
+	for _, k := range []idem.EventKind{idem.EventCompletedLate, idem.EventRanTwice, idem.EventRanTwice} {
+		r.tel.Observe(idem.Event{Kind: k, Scope: "tenant-a", Key: key, Token: 7})
+	}
+	check(t, "metrics", r.metrics(t), map[string]any{
+		"idem.late_completions[idem.outcome=recorded_late]": int64(1),
+		"idem.late_completions[idem.outcome=ran_twice]":     int64(2),
+	})
+}
