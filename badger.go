@@ -352,6 +352,10 @@ type DiskUsage struct {
 	// LSM sums Badger's tables, VLog its value logs, Log idem's own log,
 	// and Total every file, memtable logs and manifest included.
 	LSM, VLog, Log, Total int64
+	// Free is what the directory's file system has free (-1 where it
+	// cannot be measured), Reserve the free space below which new claims
+	// are refused with ErrUnavailable (BadgerOptions.Reserve).
+	Free, Reserve int64
 }
 
 // DiskUsage measures the store's directory now. An in-memory store takes
@@ -361,7 +365,7 @@ func (b *BadgerBackend) DiskUsage() (DiskUsage, error) {
 	if err != nil {
 		return DiskUsage{}, unavailable("disk usage", err)
 	}
-	return DiskUsage{LSM: u.Tables, VLog: u.ValueLog, Log: u.Log, Total: u.Total}, nil
+	return DiskUsage{LSM: u.Tables, VLog: u.ValueLog, Log: u.Log, Total: u.Total, Free: u.Free, Reserve: u.Reserve}, nil
 }
 
 // orphanOpenClaims ends the lease of every claim left by an earlier

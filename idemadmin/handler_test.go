@@ -199,6 +199,14 @@ func TestHandler(t *testing.T) {
 			st.Disk == nil || st.Disk.Total == 0 || st.Disk.Total > 64<<20 {
 			t.Fatalf("%d %s", code, body)
 		}
+		// The store is on a real file system: its free space is measured,
+		// and the reserve is the budget's default, not zero.
+		if st.Disk.Free == nil || *st.Disk.Free <= 0 || st.Disk.Reserve <= 0 {
+			t.Errorf("disk free %v, reserve %d", st.Disk.Free, st.Disk.Reserve)
+		}
+		if got := e.metrics.Get("disk_reserve_bytes"); got == nil || got.String() == "0" {
+			t.Errorf("gauge disk_reserve_bytes = %v", got)
+		}
 		if got := e.metrics.Get("records_stuck"); got == nil || got.String() != "2" {
 			t.Errorf("gauge records_stuck = %v", got)
 		}

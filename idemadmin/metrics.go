@@ -41,7 +41,9 @@ func CountEvents(m Metrics) idem.Observer {
 // "records_attention", "records_expired", "oldest_open_claim_seconds"
 // (its age; 0 when none is open), "expiry_horizon_seconds" (from s.Now;
 // 0 when past), and, when s.Disk is known, "disk_lsm_bytes",
-// "disk_vlog_bytes" and "disk_total_bytes".
+// "disk_vlog_bytes" and "disk_total_bytes", with "disk_free_bytes" and
+// "disk_reserve_bytes" when the free space can be measured (new claims
+// are refused while free is below reserve).
 func SetGauges(m Metrics, s *Stats) {
 	m.Set("records", float64(s.Records))
 	m.Set("records_in_progress", float64(s.InProgress))
@@ -64,6 +66,10 @@ func SetGauges(m Metrics, s *Stats) {
 		m.Set("disk_lsm_bytes", float64(s.Disk.LSM))
 		m.Set("disk_vlog_bytes", float64(s.Disk.VLog))
 		m.Set("disk_total_bytes", float64(s.Disk.Total))
+		if s.Disk.Free != nil {
+			m.Set("disk_free_bytes", float64(*s.Disk.Free))
+			m.Set("disk_reserve_bytes", float64(s.Disk.Reserve))
+		}
 	}
 }
 

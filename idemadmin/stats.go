@@ -50,6 +50,11 @@ type Disk struct {
 	VLog  int64 `json:"vlog_bytes"`
 	Log   int64 `json:"log_bytes"`
 	Total int64 `json:"total_bytes"`
+	// Free is what the store's file system has free, when it can be
+	// measured; Reserve is the free space below which the store refuses
+	// new claims (ErrUnavailable) so that what is under way can finish.
+	Free    *int64 `json:"free_bytes,omitempty"`
+	Reserve int64  `json:"reserve_bytes,omitempty"`
 }
 
 // StatsOptions configure Collect.
@@ -115,7 +120,10 @@ func Collect(ctx context.Context, l idem.Lister, o StatsOptions) (*Stats, error)
 			return nil, fmt.Errorf("idemadmin: measure disk: %w", err)
 		}
 		if u.Total > 0 { // zero: an in-memory store
-			st.Disk = &Disk{LSM: u.LSM, VLog: u.VLog, Log: u.Log, Total: u.Total}
+			st.Disk = &Disk{LSM: u.LSM, VLog: u.VLog, Log: u.Log, Total: u.Total, Reserve: u.Reserve}
+			if u.Free >= 0 {
+				st.Disk.Free = &u.Free
+			}
 		}
 	}
 	return st, nil
@@ -151,6 +159,9 @@ func (s *Stats) WriteText(w io.Writer) error {
 		d := s.Disk
 		p("disk", "%s (tables %s, value log %s, idem.wal %s, memtables and manifest %s)", formatBytes(d.Total),
 			formatBytes(d.LSM), formatBytes(d.VLog), formatBytes(d.Log), formatBytes(max(d.Total-d.LSM-d.VLog-d.Log, 0)))
+		if d.Free != nil {
+			p("free space", "%s (new claims refused below %s)", formatBytes(*d.Free), formatBytes(d.Reserve))
+		}
 	}
 	return tw.Flush()
 }

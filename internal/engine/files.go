@@ -171,6 +171,10 @@ type Usage struct {
 	ValueLog int64 // Badger's value logs (.vlog)
 	Log      int64 // idem's log
 	Total    int64 // every file, memtable logs and manifest included
+	// Free is what the directory's file system has free, -1 where it
+	// cannot be measured; Reserve is Options.Reserve, the free space below
+	// which LowSpace refuses new work.
+	Free, Reserve int64
 }
 
 // DiskUsage measures the directory now (Badger's own DB.Size is refreshed
@@ -180,6 +184,10 @@ func (e *Engine) DiskUsage() (Usage, error) {
 	var u Usage
 	if e.db.Opts().InMemory {
 		return u, nil
+	}
+	u.Free, u.Reserve = -1, e.space.reserve
+	if f, ok := freeSpace(e.dir); ok {
+		u.Free = f
 	}
 	dirs := []string{e.dir}
 	if vd := e.db.Opts().ValueDir; vd != "" && vd != e.dir {
