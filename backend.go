@@ -23,6 +23,14 @@ type ClaimArgs struct {
 	Retention time.Duration
 	// Owner names the claiming process instance.
 	Owner string
+	// Brief says the caller reads only State, Fingerprint, Token,
+	// ExpiresAt and Result of a done record it did not claim (Store.Begin
+	// answering a replay or a mismatch). A backend may then return such a
+	// record with only those fields and Format, Scope and Key set, leaving
+	// the rest (its story, counts, times) zero, to read less from its
+	// storage. Every other record it returns, claimed or not, is whole.
+	// Backends that always return whole records ignore it.
+	Brief bool
 }
 
 // Completion describes how a claim ends as done.

@@ -118,7 +118,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 		err := s.call(func() (err error) {
 			rec, claimed, err = s.b.Claim(ctx, req.Scope, req.Key, ClaimArgs{
 				Fingerprint: req.Fingerprint, Now: now, LeaseEnds: now.Add(lease),
-				Retention: retention, Owner: s.owner,
+				Retention: retention, Owner: s.owner, Brief: true,
 			})
 			return err
 		})

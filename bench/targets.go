@@ -238,10 +238,14 @@ func missNotes() map[string]string {
 			"most keys are first replays: the repetitions show it.",
 		"replay-pg-uncached": "An uncached replay is one SELECT of the record's row by (scope, key): Claim reads first " +
 			"once most of its recent answers were no claim (a new Backend starts on the insert-and-take-over batch " +
-			"and switches after about 20 replays). What is left against the pgx peer's SELECT of three columns: " +
-			"the row's 25 columns with the jsonb story, decoded with the msgpack result, the Store's own work " +
-			"around the call (validation, the replay counted and flushed in batches), and, in this workload, a new " +
-			"Store and Backend per pass over the keys. Closing it: a narrower read for done rows.",
+			"and switches after about 20 replays). Store.Begin claims with ClaimArgs.Brief, so the SELECT reads the " +
+			"six columns a replay needs (format, state, fingerprint, token, expiry, the msgpack result), not the row's " +
+			"26 with its jsonb story. What is left against the pgx peer's SELECT of three columns: the Store's own " +
+			"work around the call (validation, the fingerprint compared, the replay cached, and counted: every " +
+			"replayed row gets an UPDATE of its counts, batched, which the peer does not write), and, in this " +
+			"workload, a new Store and Backend per pass over the keys. At 32 goroutines the two cores are the limit, " +
+			"and PostgreSQL's server shares them, so the counts' writes and the client's CPU per replay weigh there; " +
+			"at one goroutine the round trip dominates.",
 		"txeffect": "DoTx sends what Do with a separate INSERT sends, three round trips (the claim; the INSERT with " +
 			"BEGIN; the completion with COMMIT), and commits twice instead of three times: where commits cost " +
 			"little (fsync off, a fast WAL device, synchronous_commit off) the two are within the noise of each " +

@@ -87,6 +87,52 @@ func testBackendClaim(t *testing.T, nb NewBackend) {
 	require.True(t, next.FirstSeen.Equal(fresh.FirstSeen))
 }
 
+// testBackendClaimBrief: with ClaimArgs.Brief a done record may come with
+// only what a replay reads, but those fields must be the stored ones; every
+// other answer is whole.
+func testBackendClaimBrief(t *testing.T, nb NewBackend) {
+	b := nb(t)
+	closeBackend(t, b)
+	now := epoch
+	brief := func(fp string, at time.Time) idem.ClaimArgs {
+		a := args(fp, at)
+		a.Brief = true
+		return a
+	}
+	rec, claimed, err := b.Claim(ctx, "s", "k", brief("fp1", now))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.Equal(t, 1, rec.Claims, "a claimed record is whole")
+	open, claimed, err := b.Claim(ctx, "s", "k", brief("fp2", now.Add(time.Second)))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, idem.StateInProgress, open.State)
+	require.Equal(t, rec.Token, open.Token)
+	require.Equal(t, 1, open.Claims, "an open claim is whole")
+	require.True(t, open.LeaseEnds.Equal(rec.LeaseEnds), "an open claim is whole")
+
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{
+		Result: okResult(`{"ok":true}`), At: now, ExpiresAt: now.Add(retention)}))
+	whole, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	done, claimed, err := b.Claim(ctx, "s", "k", brief("fp2", now.Add(time.Second)))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, "s", done.Scope)
+	require.Equal(t, "k", done.Key)
+	require.Equal(t, idem.StateDone, done.State)
+	require.Equal(t, "fp1", done.Fingerprint)
+	require.Equal(t, whole.Token, done.Token)
+	require.True(t, done.ExpiresAt.Equal(whole.ExpiresAt))
+	require.Equal(t, whole.Result, done.Result)
+
+	fresh, claimed, err := b.Claim(ctx, "s", "k", brief("fp9", now.Add(retention)))
+	require.NoError(t, err)
+	require.True(t, claimed, "an expired record counts as absent")
+	require.Equal(t, "fp9", fresh.Fingerprint)
+	require.Nil(t, fresh.Result)
+}
+
 func testBackendFenced(t *testing.T, nb NewBackend) {
 	b := nb(t)
 	closeBackend(t, b)

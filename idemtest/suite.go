@@ -54,6 +54,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		fn   func(*testing.T, NewBackend)
 	}{
 		{"Backend_Claim", testBackendClaim},
+		{"Backend_ClaimBrief", testBackendClaimBrief},
 		{"Backend_Fenced", testBackendFenced},
 		{"Backend_Stale", testBackendStale},
 		{"Backend_Reclaim", testBackendReclaim},

@@ -25,6 +25,7 @@ type queries struct {
 	lateGet, lateInsert, lateDone      string // CompleteLate
 	lateTwice                          string // CompleteLate
 	get, stale, reclaim, scan          string
+	getBrief                           string // Claim's read-first path for Store.Begin (idem.ClaimArgs.Brief)
 	tally                              string
 }
 
@@ -134,7 +135,8 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
-		get: r.Replace(`SELECT {cols} FROM {table} WHERE scope = $1 AND key = $2`),
+		get:      r.Replace(`SELECT {cols} FROM {table} WHERE scope = $1 AND key = $2`),
+		getBrief: r.Replace(`SELECT ` + briefColumns + ` FROM {table} WHERE scope = $1 AND key = $2`),
 
 		// stale reads the due claims through the partial index on open
 		// claims, skipping rows another transaction holds, and hands them
@@ -301,7 +303,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs
 	err := b.run(ctx, "claim", func(ctx context.Context) error {
 		if readFirst {
 			var err error
-			if rec, err = b.read(ctx, scope, key, a.Now); err != nil || rec != nil {
+			if rec, err = b.read(ctx, scope, key, a.Now, a.Brief); err != nil || rec != nil {
 				return err
 			}
 		}
@@ -330,7 +332,25 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs
 // released, expired), for the insert-and-take-over batch to decide. A done
 // record does not change until it expires, so the SELECT's snapshot is as
 // good an answer as the batch's; for an open claim both are snapshots.
-func (b *Backend) read(ctx context.Context, scope, key string, now time.Time) (*idem.Record, error) {
+//
+// With brief (idem.ClaimArgs.Brief: Store.Begin, which reads only what a
+// replay needs) it selects the six columns of a replay (briefColumns)
+// instead of the whole row with its story, and answers only a done record
+// that has not expired; an open claim goes on to the batch, which returns
+// it whole for the Store to judge its lease or resolve it.
+func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, brief bool) (*idem.Record, error) {
+	if brief {
+		rec, err := scanBrief(b.pool.QueryRow(ctx, b.q.getBrief, scope, key), scope, key)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case rec.State != idem.StateDone || rec.Expired(now):
+			return nil, nil
+		}
+		return rec, nil
+	}
 	rec, err := scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

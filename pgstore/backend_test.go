@@ -527,6 +527,14 @@ func TestBackend_CorruptRows(t *testing.T) {
 			_, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch.Add(100*retention)))
 			require.ErrorIs(t, err, idem.ErrCorrupt)
 			require.False(t, claimed)
+			// The brief read of Store.Begin checks the columns it reads,
+			// and leaves any other row to the batch, which reads it whole.
+			pgstore.SetReadFirst(b, "always")
+			a := claimArgs("fp", epoch.Add(100*retention))
+			a.Brief = true
+			_, claimed, err = b.Claim(ctx, "s", "k", a)
+			require.ErrorIs(t, err, idem.ErrCorrupt)
+			require.False(t, claimed)
 			require.ErrorIs(t, b.Scan(ctx, func(*idem.Record) bool { return true }), idem.ErrCorrupt)
 		})
 	}

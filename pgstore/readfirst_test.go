@@ -50,3 +50,46 @@ func TestClaim_ReadFirstFollowsTheMix(t *testing.T) {
 		require.True(t, claimed)
 	}
 }
+
+// A brief read first (idem.ClaimArgs.Brief, as Store.Begin claims) answers
+// a done key with what a replay reads, and leaves an open claim to the
+// batch, which returns it whole.
+func TestClaim_BriefReadFirst(t *testing.T) {
+	b := newBackend(t, pool(t), nil)
+	t.Cleanup(func() { _ = b.Close() })
+	pgstore.SetReadFirst(b, "always")
+	brief := func(fp string) idem.ClaimArgs {
+		a := claimArgs(fp, epoch)
+		a.Brief = true
+		return a
+	}
+	rec, claimed, err := b.Claim(ctx, "s", "k", brief("fp"))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	open, claimed, err := b.Claim(ctx, "s", "k", brief("fp"))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, idem.StateInProgress, open.State)
+	require.Equal(t, 1, open.Claims, "an open claim comes whole")
+	require.Len(t, open.Attempts, 1)
+	require.True(t, open.LeaseEnds.Equal(rec.LeaseEnds))
+
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: result("r"), At: epoch,
+		ExpiresAt: epoch.Add(retention)}))
+	whole, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	done, claimed, err := b.Claim(ctx, "s", "k", brief("other"))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, &idem.Record{Format: whole.Format, Scope: "s", Key: "k", State: idem.StateDone,
+		Fingerprint: "fp", Token: whole.Token, ExpiresAt: whole.ExpiresAt, Result: whole.Result}, done)
+
+	// Expired: the brief read leaves it to the batch, which claims.
+	late := brief("fp")
+	late.Now = epoch.Add(retention)
+	late.LeaseEnds = late.Now.Add(lease)
+	again, claimed, err := b.Claim(ctx, "s", "k", late)
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.Greater(t, again.Token, rec.Token)
+}

@@ -77,20 +77,8 @@ func scanRecord(s pgx.Row) (*idem.Record, error) {
 // fails gives an error wrapping idem.ErrCorrupt: a newer format, an unknown
 // state, a done record without a result, a result that does not decode.
 func (r *row) record() (*idem.Record, error) {
-	corrupt := func(format string, a ...any) error {
-		return fmt.Errorf("%w: pgstore: record %q in scope %q: %s", idem.ErrCorrupt, r.key, r.scope, fmt.Sprintf(format, a...))
-	}
-	switch {
-	case r.format < 1 || r.format > idem.RecordFormat:
-		return nil, corrupt("unknown format version %d", r.format)
-	case r.state != stateInProgress && r.state != stateDone && r.state != stateReleased:
-		return nil, corrupt("unknown state %d", r.state)
-	case r.state == stateDone && r.result == nil:
-		return nil, corrupt("done record without a result")
-	case r.token <= 0 || r.claims < 0 || r.checks < 0:
-		return nil, corrupt("token %d, claims %d, checks %d", r.token, r.claims, r.checks)
-	case idem.ValidateKey(r.key) != nil || idem.ValidateStoredScope(r.scope) != nil:
-		return nil, corrupt("malformed scope or key")
+	if err := r.check(); err != nil {
+		return nil, err
 	}
 	rec := &idem.Record{
 		Format:          uint8(r.format),
@@ -121,15 +109,71 @@ func (r *row) record() (*idem.Record, error) {
 	}
 	attempts, err := decodeAttempts(r.attempts)
 	if err != nil {
-		return nil, corrupt("attempts: %v", err)
+		return nil, r.corrupt("attempts: %v", err)
 	}
 	rec.Attempts = attempts
 	if r.state == stateDone {
-		var res idem.Result
-		if err := msgpack.Unmarshal(r.result, &res); err != nil {
-			return nil, corrupt("result: %v", err)
+		if rec.Result, err = r.decodeResult(); err != nil {
+			return nil, err
 		}
-		rec.Result = &res
+	}
+	return rec, nil
+}
+
+// corrupt returns an error wrapping idem.ErrCorrupt about r's record.
+func (r *row) corrupt(format string, a ...any) error {
+	return fmt.Errorf("%w: pgstore: record %q in scope %q: %s", idem.ErrCorrupt, r.key, r.scope, fmt.Sprintf(format, a...))
+}
+
+// check checks what a Record must satisfy of the columns scanned into r
+// (the counts are zero when scanBrief read it).
+func (r *row) check() error {
+	switch {
+	case r.format < 1 || r.format > idem.RecordFormat:
+		return r.corrupt("unknown format version %d", r.format)
+	case r.state != stateInProgress && r.state != stateDone && r.state != stateReleased:
+		return r.corrupt("unknown state %d", r.state)
+	case r.state == stateDone && r.result == nil:
+		return r.corrupt("done record without a result")
+	case r.token <= 0 || r.claims < 0 || r.checks < 0:
+		return r.corrupt("token %d, claims %d, checks %d", r.token, r.claims, r.checks)
+	case idem.ValidateKey(r.key) != nil || idem.ValidateStoredScope(r.scope) != nil:
+		return r.corrupt("malformed scope or key")
+	}
+	return nil
+}
+
+// decodeResult decodes the result column of a done record.
+func (r *row) decodeResult() (*idem.Result, error) {
+	var res idem.Result
+	if err := msgpack.Unmarshal(r.result, &res); err != nil {
+		return nil, r.corrupt("result: %v", err)
+	}
+	return &res, nil
+}
+
+// briefColumns are what a replay reads (idem.ClaimArgs.Brief), in the order
+// scanBrief lists them.
+const briefColumns = "format, state, fingerprint, token, expires_at, result"
+
+// scanBrief reads one row of briefColumns for (scope, key) and decodes it
+// into a record with only those fields, checked as record checks them.
+func scanBrief(s pgx.Row, scope, key string) (*idem.Record, error) {
+	r := row{scope: scope, key: key}
+	if err := s.Scan(&r.format, &r.state, &r.fingerprint, &r.token, &r.expiresAt, &r.result); err != nil {
+		return nil, err
+	}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	rec := &idem.Record{Format: uint8(r.format), Scope: scope, Key: key, State: idem.State(r.state),
+		Fingerprint: string(r.fingerprint), Token: uint64(r.token), ExpiresAt: decodeTime(r.expiresAt)}
+	if r.state == stateDone {
+		res, err := r.decodeResult()
+		if err != nil {
+			return nil, err
+		}
+		rec.Result = res
 	}
 	return rec, nil
 }
