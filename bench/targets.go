@@ -223,7 +223,18 @@ func missNotes() map[string]string {
 			"over a live heap of 34-41 MiB; with a 30-line patch to Badger's table builder (an index buffer sized " +
 			"for the table, grown allocators released rather than pooled, uncompressed bytes bounded) the same " +
 			"settings peaked at 94 MiB. See docs/memory.md.",
-		"sustained-budget": "See the note on the default's sustained target and docs/memory.md.",
+		"sustained-budget": "The budget's shares bound live bytes (memtables, the index cache, the replay cache, " +
+			"the tallies, and table builders through the patched Badger); RssAnon adds the garbage collector's " +
+			"headroom (GOGC: the heap may reach twice its live bytes) and the runtime, so a live peak near the " +
+			"budget puts RssAnon near twice it, which is this target at 32 MiB. One part is bounded by no share: " +
+			"Badger's per-table memory (the table structs and x/sys's map of mappings), about 1.2 KiB per table " +
+			"(precise heap profiles at 100k-300k cycles), and at 32 MiB every table is 256 KiB, so 1M records " +
+			"make about 4,000 tables. Steady RssAnon climbs from 38 MiB at 150k cycles to about 60 at 1M, and " +
+			"the peaks come from compactions (their builders) and memtables waiting to be flushed. Cutting the " +
+			"builders Badger runs at once by lowering its throttle deadlocks compaction (the builders block on " +
+			"a results channel drained only after every split started), so that needs a larger patch. Closing " +
+			"it: shares that leave room for the GC's headroom at small budgets, and larger tables at the deeper " +
+			"levels with builders bounded by the patch (docs/memory.md, \"At one million cycles\").",
 		"replay-bbolt": "A replay of a key in idem's replay cache never reaches Badger; a key read once since the " +
 			"store opened is not in it yet, and its first replay reads the LSM tree and decodes the record " +
 			"(30-50 µs), which shows in the first repetition after a reopen.",
@@ -261,9 +272,13 @@ func missNotes() map[string]string {
 			"builders' buffers (heap 24-40 MiB in one run, 59-125 MiB in others). " +
 			"Closing it: Options.MemoryBudget sizes the caches and bounds the table builders (docs/memory.md).",
 		"heap": "Badger allocates its memtables and caches when it opens; BadgerOptions sizes them.",
-		"disk": "Each idem record holds its story (claims, attempts, replays, times) beside the result, plus an " +
-			"expiry-index entry, and Badger's LSM keeps overwritten versions until compaction. Closing it: " +
-			"smaller records, and compaction after bulk changes.",
+		"disk": "The memory budget stores tables uncompressed (Compression None: a builder then holds at most " +
+			"its table, docs/memory.md), which about doubles the bytes of these results on disk; with zstd the " +
+			"figure was 144 bytes/key. Each idem record also holds its story (claims, attempts, replays, times) " +
+			"beside the result, plus an expiry-index entry, and Badger's LSM keeps overwritten versions until " +
+			"compaction. A host that counts disk over memory can set ZSTD through BadgerOptions.Tune (+46 MiB " +
+			"peak at the default budget, measured). Closing it: smaller records, compression that the " +
+			"builders' bound allows.",
 		"sweep": "A sweep finds stale claims through the in-memory set of open claims, which also holds each " +
 			"claim's record as last made durable: it reads nothing from Badger, however many records it holds. " +
 			"Its time is the Resolver calls and the durable commits that end the claims, the same at any size, " +
