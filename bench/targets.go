@@ -262,15 +262,13 @@ func missNotes() map[string]string {
 			"little (fsync off, a fast WAL device, synchronous_commit off) the two are within the noise of each " +
 			"other. DoTx's transaction also holds a pooled connection while fn runs.",
 		"mem": "The target judges idem's anonymous memory only: Badger reads its tables through mmap, so after " +
-			"random reads its table files are resident in the process almost whole (RssFile, about 115 MiB at 1M " +
-			"keys), which is page cache the kernel can reclaim. The anonymous part is its memtable arena, block " +
-			"and index caches and idem's replay cache of recent records (about 30 MiB); SQLite reads through its 2 MiB " +
-			"page cache (RssAnon 10 MiB). " +
-			"The figure also swings with Badger's compactions: the counts of the 10,000 warm replays are " +
-			"written as small entries beside their records, which can set off a compaction of level 0 into the " +
-			"1M-key level below, and a heap profile taken at the measurement found 92 MiB in its table " +
-			"builders' buffers (heap 24-40 MiB in one run, 59-125 MiB in others). " +
-			"Closing it: Options.MemoryBudget sizes the caches and bounds the table builders (docs/memory.md).",
+			"random reads its table files are resident in the process almost whole (RssFile, the uncompressed " +
+			"tables the memory budget writes), which is page cache the kernel can reclaim. The anonymous part " +
+			"(about 39 MiB in this run) is the budget's: memtable arenas, the index cache, idem's replay cache " +
+			"of recent records and the tallies, with the garbage collector's headroom over them; SQLite reads " +
+			"through its 2 MiB page cache (RssAnon about 10 MiB) and leaves the rest to the kernel. Closing it: a " +
+			"smaller MemoryBudget where replays are rare (the replay cache is a fifth of it), or shares that " +
+			"shrink the replay cache as the store grows.",
 		"heap": "Badger allocates its memtables and caches when it opens; BadgerOptions sizes them.",
 		"disk": "The memory budget stores tables uncompressed (Compression None: a builder then holds at most " +
 			"its table, docs/memory.md), which about doubles the bytes of these results on disk; with zstd the " +
