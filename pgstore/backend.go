@@ -339,19 +339,15 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs
 // that has not expired; an open claim goes on to the batch, which returns
 // it whole for the Store to judge its lease or resolve it.
 func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, brief bool) (*idem.Record, error) {
+	var (
+		rec *idem.Record
+		err error
+	)
 	if brief {
-		rec, err := scanBrief(b.pool.QueryRow(ctx, b.q.getBrief, scope, key), scope, key)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return nil, nil
-		case err != nil:
-			return nil, err
-		case rec.State != idem.StateDone || rec.Expired(now):
-			return nil, nil
-		}
-		return rec, nil
+		rec, err = scanBrief(b.pool.QueryRow(ctx, b.q.getBrief, scope, key), scope, key)
+	} else {
+		rec, err = scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
 	}
-	rec, err := scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
@@ -359,6 +355,8 @@ func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, br
 		return nil, err
 	case rec.State == idem.StateReleased || rec.Expired(now):
 		return nil, nil
+	case brief && rec.State != idem.StateDone:
+		return nil, nil // an open claim: the batch returns it whole
 	}
 	return rec, nil
 }
