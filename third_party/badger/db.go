@@ -258,7 +258,7 @@ func Open(opt Options) (*DB, error) {
 		valueDirGuard:    valueDirLockGuard,
 		orc:              newOracle(opt),
 		pub:              newPublisher(),
-		allocPool:        z.NewAllocatorPool(8),
+		allocPool:        z.NewAllocatorPool(2),
 		bannedNamespaces: &lockedKeys{keys: make(map[uint64]struct{})},
 		threshold:        initVlogThreshold(&opt),
 	}

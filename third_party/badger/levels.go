@@ -961,21 +961,9 @@ func (s *levelsController) compactBuildTables(
 	}
 
 	res := make(chan *table.Table, 3)
-	inflightBuilders := y.NewThrottle(8 + len(cd.splits))
-	for _, kr := range cd.splits {
-		// Initiate Do here so we can register the goroutines for buildTables too.
-		if err := inflightBuilders.Do(); err != nil {
-			s.kv.opt.Errorf("cannot start subcompaction: %+v", err)
-			return nil, nil, err
-		}
-		go func(kr keyRange) {
-			defer inflightBuilders.Done(nil)
-			it := table.NewMergeIterator(newIterator(), false)
-			defer it.Close()
-			s.subcompact(it, kr, cd, inflightBuilders, res)
-		}(kr)
-	}
-
+	// Collect the tables from the start: a builder's goroutine holds its
+	// throttle slot until its table is sent on res, so res must be drained
+	// while the splits are still being started.
 	var newTables []*table.Table
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -986,8 +974,30 @@ func (s *levelsController) compactBuildTables(
 		}
 	}()
 
+	// One slot per split, and two for full tables being written: each
+	// slot holds a builder's buffers (2 x the table size), so the
+	// throttle bounds the memory a compaction holds.
+	inflightBuilders := y.NewThrottle(2 + len(cd.splits))
+	var err error
+	for _, kr := range cd.splits {
+		// Initiate Do here so we can register the goroutines for buildTables too.
+		if err = inflightBuilders.Do(); err != nil {
+			// Wait for the splits already started, then clean up below.
+			s.kv.opt.Errorf("cannot start subcompaction: %+v", err)
+			break
+		}
+		go func(kr keyRange) {
+			defer inflightBuilders.Done(nil)
+			it := table.NewMergeIterator(newIterator(), false)
+			defer it.Close()
+			s.subcompact(it, kr, cd, inflightBuilders, res)
+		}(kr)
+	}
+
 	// Wait for all table builders to finish and also for newTables accumulator to finish.
-	err := inflightBuilders.Finish()
+	if ferr := inflightBuilders.Finish(); err == nil {
+		err = ferr
+	}
 	close(res)
 	wg.Wait() // Wait for all tables to be picked up.
 
