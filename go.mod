@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/dgraph-io/ristretto/v2 v2.2.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
@@ -20,7 +21,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dgraph-io/ristretto/v2 v2.2.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -42,8 +42,13 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 )
 
-// Badger v4.9.6 with three hunks in table/builder.go that bound what its
-// table builders hold (third_party/badger/PATCHES.md, docs/memory.md).
+// Badger v4.9.6 with hunks in table/builder.go, levels.go and db.go that
+// bound what its table builders hold (third_party/badger/PATCHES.md, docs/memory.md).
 // A replace applies only in the main module: programs that import idem
 // add this line to their own go.mod to get the bounded memory.
 replace github.com/dgraph-io/badger/v4 => ./third_party/badger
+
+// ristretto v2.2.0 (Badger's cache and allocator library) with one hunk in
+// z/mmap_linux.go: mappings no longer leak an entry each into x/sys's
+// registry (third_party/ristretto/PATCHES.md). The same note applies.
+replace github.com/dgraph-io/ristretto/v2 => ./third_party/ristretto

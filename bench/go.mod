@@ -47,3 +47,5 @@ require (
 // Badger as idem's own go.mod replaces it (replace directives apply only
 // in the main module; see ../third_party/badger/PATCHES.md).
 replace github.com/dgraph-io/badger/v4 => ../third_party/badger
+
+replace github.com/dgraph-io/ristretto/v2 => ../third_party/ristretto
