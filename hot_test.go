@@ -295,6 +295,30 @@ func newDefaultHotSet() *hotSet {
 	return newHotSet(s.hotBytes, s.tallies)
 }
 
+// TestHotSet_ShareOfTheBudget checks the replay cache's share: a fifth of
+// the budget from the default up, scaled down with smaller budgets, and
+// growing with the budget throughout.
+func TestHotSet_ShareOfTheBudget(t *testing.T) {
+	for _, c := range []struct{ budget, want int64 }{
+		{16 << 20, 16 << 20 / 5 / 4},
+		{32 << 20, 32 << 20 / 5 / 2},
+		{DefaultMemoryBudget, DefaultMemoryBudget / 5},
+		{256 << 20, 256 << 20 / 5},
+	} {
+		if got := sharesOf(c.budget).hotBytes; got != c.want {
+			t.Errorf("budget %d MiB: replay cache share %d, want %d", c.budget>>20, got, c.want)
+		}
+	}
+	prev := int64(0)
+	for b := int64(MinMemoryBudget); b <= 2*DefaultMemoryBudget; b += 1 << 20 {
+		got := sharesOf(b).hotBytes
+		if got < prev {
+			t.Fatalf("the share shrinks from %d to %d bytes at a budget of %d MiB", prev, got, b>>20)
+		}
+		prev = got
+	}
+}
+
 func TestHotSet_StoreKeepsItsShareOfTheBudget(t *testing.T) {
 	const budget = 16 << 20
 	b, err := OpenBadger("", BadgerOptions{InMemory: true})
@@ -303,13 +327,14 @@ func TestHotSet_StoreKeepsItsShareOfTheBudget(t *testing.T) {
 	}
 	s := New(b, &Options{MemoryBudget: budget, SweepInterval: -1})
 	defer s.Close()
-	if want := int64(budget / 5); s.hot.limit != want {
-		t.Fatalf("replay cache bound %d, want the budget's fifth %d", s.hot.limit, want)
+	// Below the default budget the fifth is scaled by B/64 MiB.
+	if want := int64(budget/5) * budget / DefaultMemoryBudget; s.hot.limit != want {
+		t.Fatalf("replay cache bound %d, want the budget's fifth scaled by B/64 MiB, %d", s.hot.limit, want)
 	}
 	body := make([]byte, 8<<10)
 	var peak int64
 	// Five times the share in results, each kept when completed.
-	for i := range 5 * budget / 5 / len(body) {
+	for i := range int(5 * s.hot.limit / int64(len(body))) {
 		_, _, err := s.Do(context.Background(), Request{Key: "k" + strconv.Itoa(i)},
 			func(context.Context) (Result, error) { return Result{Status: 200, Body: body}, nil })
 		if err != nil {

@@ -31,31 +31,51 @@ func memoryBudget(b int64) int64 {
 // storeShares are the parts of a budget the Store itself holds, on every
 // backend.
 type storeShares struct {
-	hotBytes int64 // the replay cache's bound (hotSet.limit): B/5
+	hotBytes int64 // the replay cache's bound (hotSet.limit): see sharesOf
 	tallies  int   // records counted between two flushes: B/16 KiB, at least 1024
 }
 
 // sharesOf returns the Store's shares of the budget b (already defaulted).
+// The replay cache takes B/5 from the default budget up, and less below
+// it, scaled by B/DefaultMemoryBudget (3.2 MiB at 32 MiB, 0.8 MiB at
+// 16): Badger's parts do not shrink below their floors (1 MiB memtables,
+// 256 KiB tables) nor its per-table memory with the budget, and the
+// collector's headroom doubles whatever is live, so a small budget keeps
+// its resident memory near the budget only by caching less.
 func sharesOf(b int64) storeShares {
-	return storeShares{hotBytes: b / 5, tallies: int(max(1024, b/(16<<10)))}
+	hot := b / 5
+	if b < DefaultMemoryBudget {
+		hot = hot * b / DefaultMemoryBudget
+	}
+	return storeShares{hotBytes: hot, tallies: int(max(1024, b/(16<<10)))}
 }
 
 // badgerShares are the sizes Badger gets from a budget.
 type badgerShares struct {
 	memTable, baseTable, indexCache int64
+	memTables                       int // NumMemtables: those that may wait to be flushed
 }
 
 // badgerSharesOf returns Badger's sizes for the budget b (already
-// defaulted): memtables of B/32 (1 to 64 MiB), tables of B/128 (256 KiB
-// to 8 MiB), an index cache of B/32.
+// defaulted): memtables of B/32 (1 to 64 MiB), two of them waiting to be
+// flushed at most, one below the default budget; tables of B/128 (256 KiB
+// to 8 MiB); an index cache of B/32.
 func badgerSharesOf(b int64) badgerShares {
 	const k64 = 64 << 10
 	clamp := func(x, lo, hi int64) int64 { return min(max(x/k64*k64, lo), hi) }
-	return badgerShares{
+	s := badgerShares{
 		memTable:   clamp(b/32, 1<<20, 64<<20),
 		baseTable:  clamp(b/128, 256<<10, 8<<20),
 		indexCache: b / 32,
+		memTables:  2,
 	}
+	if b < DefaultMemoryBudget {
+		// Each memtable is an arena of 1.3 times its size: at the floor
+		// of 1 MiB a second one waiting is 4% of a 32 MiB budget, which
+		// the collector's headroom doubles.
+		s.memTables = 1
+	}
+	return s
 }
 
 // applyBudget sets bo's memory sizes from the budget b (already
@@ -65,7 +85,7 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 	s := badgerSharesOf(b)
 	bo = bo.
 		WithMemTableSize(s.memTable).
-		WithNumMemtables(2).
+		WithNumMemtables(s.memTables).
 		WithNumLevelZeroTables(3).
 		WithNumLevelZeroTablesStall(6).
 		WithBaseTableSize(s.baseTable).

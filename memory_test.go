@@ -22,10 +22,12 @@ func badgerOpts(t *testing.T, o *idem.Options) (*idem.Store, badger.Options) {
 // What Badger's options hold at most, live, by the accounting of
 // docs/memory.md: every memtable's arena (the mutable one, those queued and
 // one being flushed, each with Badger's 15% slack), the caches, and the
-// allocator pool's 8 table builders of twice a table each.
+// table builders of twice a table each: with the patched Badger, at most
+// 5 splits and 2 tables being written per compaction, and the allocator
+// pool's 2.
 func badgerBound(bo badger.Options) int64 {
 	memtables := int64(bo.NumMemtables+2) * bo.MemTableSize * 115 / 100
-	builders := 8 * 2 * bo.BaseTableSize
+	builders := int64(bo.NumCompactors*(5+2)+2) * 2 * bo.BaseTableSize
 	return memtables + bo.BlockCacheSize + bo.IndexCacheSize + builders
 }
 
@@ -33,9 +35,12 @@ func TestMemoryBudget_SmallBudgetBoundsBadger(t *testing.T) {
 	for _, budget := range []int64{idem.MinMemoryBudget, 32 << 20, idem.DefaultMemoryBudget} {
 		s, bo := badgerOpts(t, &idem.Options{MemoryBudget: budget})
 		require.Equal(t, budget, s.Options().MemoryBudget)
-		// The Store's own shares: the replay cache's fifth and the tallies.
-		own := budget/5*5/4 + budget/(16<<10)*256
+		// The Store's own shares: the replay cache's fifth (scaled by
+		// B/64 MiB below the default) and the tallies.
+		own := budget/5*budget/idem.DefaultMemoryBudget*5/4 + budget/(16<<10)*256
 		require.LessOrEqual(t, badgerBound(bo)+own, budget, "budget %d: %+v", budget, bo)
+		// One memtable may wait for its flush below the default budget, two from it.
+		require.Equal(t, map[bool]int{true: 1, false: 2}[budget < idem.DefaultMemoryBudget], bo.NumMemtables)
 		require.Equal(t, options.None, bo.Compression)
 		require.Equal(t, 2, bo.NumCompactors)
 		require.Equal(t, 1, bo.TableSizeMultiplier)

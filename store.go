@@ -119,10 +119,12 @@ type Options struct {
 	CloseTimeout time.Duration
 
 	// MemoryBudget bounds, in bytes, the memory the store holds in the host
-	// process: under Open, Badger's memtables (B/32 each, two of them),
-	// index cache (B/32) and table builders (tables of B/128), and on every
-	// backend the Store's replay cache (B/5) and the replays and rejections
-	// counted between two flushes (B/16 KiB records). Default
+	// process: under Open, Badger's memtables (B/32 each; two may wait for
+	// their flush, one below the default budget), index cache (B/32) and
+	// table builders (tables of B/128), and on every backend the Store's
+	// replay cache (B/5, scaled by B/64 MiB below the default budget) and
+	// the replays and rejections counted between two flushes (B/16 KiB
+	// records). Default
 	// DefaultMemoryBudget (64 MiB); values under MinMemoryBudget (16 MiB)
 	// are raised to it. Options.Badger's explicit sizes and Tune win over
 	// it. It bounds live bytes: the process's resident memory also holds
