@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMain lets the test binary serve as the dataset workload's child
@@ -103,5 +105,50 @@ func TestSustainedResult(t *testing.T) {
 	}
 	if bytes.Equal(a, b) {
 		t.Error("two keys got the same result")
+	}
+}
+
+// TestMerge checks -merge: a later run's figure replaces the run's own for
+// the same contender and workload, the ratios and targets are computed
+// again, the report names what was re-measured, and a later run that
+// measured nothing of the run's is refused.
+func TestMerge(t *testing.T) {
+	at := func(c string, v float64) *Measurement {
+		return &Measurement{Workload: "sustained-anon-peak", Contender: c, Reps: []float64{v}, Median: v}
+	}
+	w := []Workload{{ID: "sustained-anon-peak", Unit: "MiB", Reference: "idem"}}
+	run := &Results{Workloads: w, Measurements: []*Measurement{at("idem", 100), at("idem-budget32", 80), at("sqlite-full", 20)}}
+	run.computeRatios()
+	run.judgeTargets()
+	later := &Results{Started: time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC), Workloads: w,
+		Measurements: []*Measurement{at("idem-budget32", 50), {Workload: "sustained-anon-peak", Contender: "bbolt-update", Status: "not run"}}}
+	later.Finished = later.Started.Add(20 * time.Minute)
+	if err := run.merge(later, "After the throttle patch."); err != nil {
+		t.Fatal(err)
+	}
+	if m := run.find("sustained-anon-peak", "idem-budget32"); m.Median != 50 || m.Ratio != 0.5 {
+		t.Errorf("idem-budget32 after the merge: median %v, ratio %v; want 50 and 0.5", m.Median, m.Ratio)
+	}
+	if m := run.find("sustained-anon-peak", "sqlite-full"); m.Median != 20 {
+		t.Errorf("sqlite-full changed: %+v", m)
+	}
+	if len(run.Remeasured) != 1 || !slices.Equal(run.Remeasured[0].Contenders, []string{"idem-budget32"}) {
+		t.Errorf("remeasured: %+v", run.Remeasured)
+	}
+	verdict := ""
+	for _, tg := range run.Targets {
+		if strings.Contains(tg.Got, "50") {
+			verdict = tg.Verdict
+		}
+	}
+	if verdict != "PASS" {
+		t.Errorf("the 32 MiB budget's target after the merge: %q; targets %+v", verdict, run.Targets)
+	}
+	if md := reportMarkdown(run); !strings.Contains(md, "**Re-measured.** idem-budget32 in sustained-anon-peak") ||
+		!strings.Contains(md, "After the throttle patch.") {
+		t.Errorf("the report does not name the re-measured figures:\n%s", md[:min(len(md), 2000)])
+	}
+	if err := run.merge(&Results{Measurements: []*Measurement{at("nobody", 1)}}, ""); err == nil {
+		t.Error("a later run that replaces nothing was merged")
 	}
 }

@@ -57,6 +57,8 @@ func mainErr(ctx context.Context, args []string) error {
 	tmp := fs.String("tmp", "", "directory for the stores (default the system's temporary directory)")
 	child := fs.String("child", "", "internal: run as a child process of the named workload")
 	render := fs.String("render", "", "render the report again from this results.json into -out, measuring nothing")
+	mergeFrom := fs.String("merge", "", "with -render: replace the run's figures by this later results.json's where it measured the same contender in the same workload")
+	mergeNote := fs.String("merge-note", "", "with -merge: a sentence for the report on the later run (what changed)")
 	sustained := fs.Int("sustained-cycles", 0, "sustained cycles per store, sampled every twentieth (default the mode's: 1,000,000 full, 10,000 quick)")
 	if len(args) > 0 && strings.HasPrefix(args[0], "-child=") {
 		// A child's own flags follow; only -child is the parent's.
@@ -72,6 +74,15 @@ func mainErr(ctx context.Context, args []string) error {
 		res, err := readResults(*render)
 		if err != nil {
 			return err
+		}
+		if *mergeFrom != "" {
+			later, err := readResults(*mergeFrom)
+			if err != nil {
+				return err
+			}
+			if err := res.merge(later, *mergeNote); err != nil {
+				return err
+			}
 		}
 		return writeResults(*out, res)
 	}

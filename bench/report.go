@@ -81,6 +81,7 @@ func reportMarkdown(r *Results) string {
 		"(load average %s at the start, %s at the end): the figures are noisy, by tens of percent for the "+
 		"synced workloads. Ratios within one run are steadier than absolute figures across runs.\n\n",
 		r.Machine.Cores, r.Machine.LoadStart, r.Machine.LoadEnd)
+	p("%s", remeasuredMarkdown(r))
 	p("![Rates of the main workloads](chart.svg)\n\n")
 
 	p("## Targets (issues 5, 15 and 16)\n\n")

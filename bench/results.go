@@ -17,6 +17,8 @@ type Results struct {
 	// Measurements holds every figure with every repetition.
 	Measurements []*Measurement `json:"measurements"`
 	Targets      []Target       `json:"targets"`
+	// Remeasured lists the figures a later run replaced (-merge).
+	Remeasured []Remeasured `json:"remeasured,omitempty"`
 }
 
 // ContenderInfo is what the report says of a contender.

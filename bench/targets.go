@@ -214,15 +214,15 @@ func missNotes() map[string]string {
 		"cycle-32-fast": "Fast mode skips the log write and its wait; at 32 goroutines the durable pipeline's " +
 			"groups share each write, so what is left is the wait for the write before a group's callers run " +
 			"again (see cycle-32).",
-		"sustained": "Under sustained writes Badger's compactions build tables in memory: up to 8 + (up to 5) " +
-			"table builders per compaction, two compactors, each builder's buffers from a pool of 8 that keeps " +
-			"them grown (up to 400 MiB each) for as long as compactions keep asking; with compression, a builder " +
-			"holds every block uncompressed and compressed until its table is written, so a 1 MiB table of " +
-			"well-compressed data holds tens of MiB; and each table's index is built in a fresh 3 MiB buffer. " +
+		"sustained": "Under sustained writes released Badger's compactions build tables in memory: up to 8 + (up " +
+			"to 5) table builders per compaction, two compactors, each builder's buffers from a pool of 8 that " +
+			"keeps them grown (up to 400 MiB each) for as long as compactions keep asking; with compression, a " +
+			"builder holds every block uncompressed and compressed until its table is written, so a 1 MiB table " +
+			"of well-compressed data holds tens of MiB; and each table's index is built in a fresh 3 MiB buffer. " +
 			"Options alone (no compression, small memtables and tables, no block cache) left peaks of 162-183 MiB " +
-			"over a live heap of 34-41 MiB; with a 30-line patch to Badger's table builder (an index buffer sized " +
-			"for the table, grown allocators released rather than pooled, uncompressed bytes bounded) the same " +
-			"settings peaked at 94 MiB. See docs/memory.md.",
+			"over a live heap of 34-41 MiB. idem builds with a patched Badger (third_party/badger/PATCHES.md): " +
+			"index buffers sized for the table, grown allocators released rather than pooled, uncompressed bytes " +
+			"bounded, 2 + (up to 5) builders per compaction and a pool of 2. See docs/memory.md.",
 		"sustained-budget": "The budget's shares bound live bytes (memtables, the index cache, the replay cache, " +
 			"the tallies, and table builders through the patched Badger); RssAnon adds the garbage collector's " +
 			"headroom (GOGC: the heap may reach twice its live bytes) and the runtime, so a live peak near the " +

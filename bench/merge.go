@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Remeasured records figures that replaced the run's own: a later,
+// limited run (-workloads, -only) of some contenders in some workloads,
+// merged into the full run's results with -render and -merge. The report
+// names them, so that a reader knows which rows were not measured beside
+// the rest.
+type Remeasured struct {
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	LoadStart  string    `json:"load_start"`
+	LoadEnd    string    `json:"load_end,omitempty"`
+	Note       string    `json:"note,omitempty"`
+	Workloads  []string  `json:"workloads"`
+	Contenders []string  `json:"contenders"`
+}
+
+// merge replaces r's measurements by later's wherever later measured the
+// same contender in the same workload (a figure, not a status), and
+// records what it replaced. It returns an error when later replaces
+// nothing.
+func (r *Results) merge(later *Results, note string) error {
+	rm := Remeasured{Started: later.Started, Finished: later.Finished, LoadStart: later.Machine.LoadStart,
+		LoadEnd: later.Machine.LoadEnd, Note: note}
+	for _, m := range later.Measurements {
+		if !m.ok() {
+			continue
+		}
+		i := slices.IndexFunc(r.Measurements, func(o *Measurement) bool {
+			return o.Workload == m.Workload && o.Contender == m.Contender
+		})
+		if i < 0 {
+			continue
+		}
+		r.Measurements[i] = m
+		if !slices.Contains(rm.Workloads, m.Workload) {
+			rm.Workloads = append(rm.Workloads, m.Workload)
+		}
+		if !slices.Contains(rm.Contenders, m.Contender) {
+			rm.Contenders = append(rm.Contenders, m.Contender)
+		}
+	}
+	if len(rm.Workloads) == 0 {
+		return fmt.Errorf("bench: the later results measured nothing that the run has")
+	}
+	r.Remeasured = append(r.Remeasured, rm)
+	r.Targets = nil
+	r.computeRatios()
+	r.judgeTargets()
+	return nil
+}
+
+// remeasuredMarkdown says which figures a later run replaced, or "".
+func remeasuredMarkdown(r *Results) string {
+	var b strings.Builder
+	for _, rm := range r.Remeasured {
+		fmt.Fprintf(&b, "> **Re-measured.** %s in %s were measured again on %s (%s, load average %s at the "+
+			"start, %s at the end) and replace this run's figures; every ratio and target is computed "+
+			"again with them.", strings.Join(rm.Contenders, ", "), strings.Join(rm.Workloads, ", "),
+			rm.Started.UTC().Format("2006-01-02 15:04 MST"), rm.Finished.Sub(rm.Started).Round(time.Second),
+			rm.LoadStart, rm.LoadEnd)
+		if rm.Note != "" {
+			fmt.Fprintf(&b, " %s", rm.Note)
+		}
+		b.WriteString("\n\n")
+	}
+	return b.String()
+}
