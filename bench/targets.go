@@ -226,15 +226,13 @@ func missNotes() map[string]string {
 		"sustained-budget": "The budget's shares bound live bytes (memtables, the index cache, the replay cache, " +
 			"the tallies, and table builders through the patched Badger); RssAnon adds the garbage collector's " +
 			"headroom (GOGC: the heap may reach twice its live bytes) and the runtime, so a live peak near the " +
-			"budget puts RssAnon near twice it, which is this target at 32 MiB. One part is bounded by no share: " +
-			"Badger's per-table memory (the table structs and x/sys's map of mappings), about 1.2 KiB per table " +
-			"(precise heap profiles at 100k-300k cycles), and at 32 MiB every table is 256 KiB, so 1M records " +
-			"make about 4,000 tables. Steady RssAnon climbs from 38 MiB at 150k cycles to about 60 at 1M, and " +
-			"the peaks come from compactions (their builders) and memtables waiting to be flushed. Cutting the " +
-			"builders Badger runs at once by lowering its throttle deadlocks compaction (the builders block on " +
-			"a results channel drained only after every split started), so that needs a larger patch. Closing " +
-			"it: shares that leave room for the GC's headroom at small budgets, and larger tables at the deeper " +
-			"levels with builders bounded by the patch (docs/memory.md, \"At one million cycles\").",
+			"budget puts RssAnon near twice it, which is this target at 32 MiB. Below the default budget the " +
+			"replay cache's share is scaled down and one memtable waits for its flush, to leave that headroom. " +
+			"What grew with the cycles (75.9 MiB in the run of 2026-12-02 02:09) was a leak in ristretto, " +
+			"which recorded every mapped file in x/sys's registry and never removed the record; idem builds " +
+			"with it fixed (third_party/ristretto). What grows with the store is Badger's per-table memory, " +
+			"about 0.8 KiB per table (256 KiB tables at 32 MiB). See docs/memory.md, \"Fewer builders, less " +
+			"cache at small budgets\".",
 		"replay-bbolt": "A replay of a key in idem's replay cache never reaches Badger; a key read once since the " +
 			"store opened is not in it yet, and its first replay reads the LSM tree and decodes the record " +
 			"(30-50 µs), which shows in the first repetition after a reopen.",
