@@ -51,9 +51,7 @@ func (r *Results) merge(later *Results, note string) error {
 		return fmt.Errorf("bench: the later results measured nothing that the run has")
 	}
 	r.Remeasured = append(r.Remeasured, rm)
-	r.Targets = nil
-	r.computeRatios()
-	r.judgeTargets()
+	r.rejudge()
 	return nil
 }
 

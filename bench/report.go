@@ -22,9 +22,7 @@ func readResults(path string) (*Results, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	r.Targets = nil
-	r.computeRatios()
-	r.judgeTargets()
+	r.rejudge()
 	return &r, nil
 }
 

@@ -98,6 +98,14 @@ func (r *Results) workload(id string) *Workload {
 	return nil
 }
 
+// rejudge computes the ratios and judges the targets again from the
+// measurements, as after reading or merging them.
+func (r *Results) rejudge() {
+	r.Targets = nil
+	r.computeRatios()
+	r.judgeTargets()
+}
+
 // computeRatios fills every measurement's ratio to its workload's
 // reference.
 func (r *Results) computeRatios() {
