@@ -162,7 +162,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 			}
 			// The backend's record is this Store's copy, done and not
 			// expired at now: the next replay can come from the cache.
-			s.hot.put(req.Scope, req.Key, rec)
+			s.keep(req.Scope, req.Key, rec)
 			return nil, res, nil
 		case !rec.Stale(now):
 			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
@@ -195,12 +195,9 @@ func (s *Store) replayCached(ctx context.Context, req Request) *Result {
 		return nil
 	}
 	now, behind := s.replayClock()
-	e, now, full := s.hot.replay(req.Scope, req.Key, req.Fingerprint, now, behind, s.now, s.tallier != nil)
+	e, now := s.hot.replay(req.Scope, req.Key, req.Fingerprint, now, behind, s.now, s.tallier != nil)
 	if e == nil {
 		return nil
-	}
-	if full {
-		s.flushSoon()
 	}
 	if s.o.Observer != nil {
 		s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: e.token, Time: now})
@@ -318,7 +315,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 		return &NotRecordedError{Scope: c.scope, Key: c.key, Cause: err}
 	}
 	if done != nil {
-		s.hot.put(c.scope, c.key, done)
+		s.keep(c.scope, c.key, done)
 	}
 	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason, Err: cause})
 	return nil

@@ -55,9 +55,10 @@ type hotEntry struct {
 	// entry is queued on its shard's pending list exactly when replays goes
 	// from zero to one, so a flush visits only the entries it must, and a
 	// count is never lost: an entry dropped from the map stays on the list
-	// until flushed.
+	// until flushed, and is pinned (counted in hotSet.pinned) meanwhile.
 	replays    int64
 	lastReplay int64
+	pinned     bool
 
 	token uint64
 	// result is what replays hand out the address of.
@@ -120,17 +121,25 @@ func (x *hotIndex) len() int { return len(x.keys) + len(x.scoped) }
 // hotSet is the replay cache.
 type hotSet struct {
 	bytes atomic.Int64 // the sum of the shards' bytes
-	limit int64        // the bound on bytes
-	// pendingMax is a shard's share of the records counted between two
-	// flushes (the Store's tallies bound).
-	pendingMax int
-	shards     [hotShards]hotShard
+	// pinned is the size of the entries dropped from the maps whose counts
+	// wait for a flush: memory the cache holds beyond its entries. It
+	// counts against limit, and past pinnedMax put asks for a flush.
+	pinned atomic.Int64
+	limit  int64 // the bound on bytes + pinned
+	shards [hotShards]hotShard
 }
 
-// newHotSet returns an empty cache holding about limit bytes at most, whose
-// counted entries ask for a flush past tallies of them.
-func newHotSet(limit int64, tallies int) *hotSet {
-	return &hotSet{limit: limit, pendingMax: max(1, tallies/hotShards)}
+// pinnedShare is the share of the cache's limit that entries dropped with
+// unflushed counts may hold before put asks for an early flush. A counted
+// entry still in the cache costs nothing more than its place on the
+// pending list, so replays of the cache's keys, however many, wait for the
+// flush interval (tallyLoop); only churn past the cache's size flushes
+// early.
+const pinnedShare = 4
+
+// newHotSet returns an empty cache holding about limit bytes at most.
+func newHotSet(limit int64) *hotSet {
+	return &hotSet{limit: limit}
 }
 
 // shard returns the shard of (scope, key): a cheap mix of the key's first
@@ -193,18 +202,17 @@ func (h *hotSet) get(scope, key string) *hotEntry {
 // clock that may be up to behind older than the current time (0 for a
 // fresh reading): an entry live at now+behind is live now; one that is not
 // is judged again on fresh(), read under the lock, so that a late reading
-// never replays an expired record (see coarseSlack). full reports that
-// the shard's pending list has grown to its share of the tallies bound, so that
-// the caller can ask for an early flush. It allocates nothing (but for the
-// pending list's growth).
+// never replays an expired record (see coarseSlack). It allocates nothing
+// (but for the pending list's growth, at most one place per entry between
+// two flushes).
 func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Duration, fresh func() time.Time,
-	count bool) (e *hotEntry, at time.Time, full bool) {
+	count bool) (e *hotEntry, at time.Time) {
 	sh := h.shard(scope, key)
 	sh.mu.Lock()
 	e = sh.m.get(hotID{scope, key})
 	if e == nil || e.fingerprint != fp {
 		sh.mu.Unlock()
-		return nil, now, false
+		return nil, now
 	}
 	if !now.Add(behind).Before(e.expiresAt) {
 		if behind > 0 {
@@ -212,13 +220,12 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 		}
 		if !now.Before(e.expiresAt) {
 			sh.mu.Unlock()
-			return nil, now, false
+			return nil, now
 		}
 	}
 	if count {
 		if e.replays == 0 {
 			sh.pending = append(sh.pending, e)
-			full = len(sh.pending) >= h.pendingMax
 		}
 		e.replays++
 		if ns := now.UnixNano(); ns > e.lastReplay {
@@ -226,15 +233,17 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 		}
 	}
 	sh.mu.Unlock()
-	return e, now, full
+	return e, now
 }
 
 // put keeps the done record rec of (scope, key): its Fingerprint, Token,
 // ExpiresAt and Result, which must not be changed afterwards (the cache
-// keeps the Result's header and body, not rec).
-func (h *hotSet) put(scope, key string, rec *Record) {
+// keeps the Result's header and body, not rec). full reports that the
+// entries it dropped with their counts unflushed hold more than their
+// share (pinnedShare), so that the caller can ask for an early flush.
+func (h *hotSet) put(scope, key string, rec *Record) (full bool) {
 	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
-		return
+		return false
 	}
 	// One allocation for the key, the fingerprint and the scope: the
 	// caller's strings may share memory with a large request, which the
@@ -253,16 +262,28 @@ func (h *hotSet) put(scope, key string, rec *Record) {
 	sh := h.shard(k.scope, k.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	delta := e.size
 	if old := sh.m.get(k); old != nil {
-		delta -= old.size
+		h.remove(sh, k, old)
 	} else {
 		sh.order = append(sh.order, k)
 	}
 	sh.m.set(k, e)
-	sh.bytes += delta
-	h.bytes.Add(int64(delta))
+	sh.bytes += e.size
+	h.bytes.Add(int64(e.size))
 	h.evict(sh, k)
+	return h.pinned.Load() > h.limit/pinnedShare
+}
+
+// remove deletes the entry e of id from sh, and pins it if its counts wait
+// for a flush. Called with sh.mu held.
+func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) {
+	sh.bytes -= e.size
+	h.bytes.Add(-int64(e.size))
+	sh.m.del(id)
+	if e.replays > 0 && !e.pinned {
+		e.pinned = true
+		h.pinned.Add(int64(e.size))
+	}
 }
 
 // evict drops sh's oldest entries while the cache is over its limit,
@@ -272,7 +293,7 @@ func (h *hotSet) put(scope, key string, rec *Record) {
 // dropped earlier may still be queued and is skipped), so the work is
 // constant per put on average. Called with sh.mu held.
 func (h *hotSet) evict(sh *hotShard, k hotID) {
-	for h.bytes.Load() > h.limit && sh.m.len() > 1 && sh.head < len(sh.order) {
+	for h.bytes.Load()+h.pinned.Load() > h.limit && sh.m.len() > 1 && sh.head < len(sh.order) {
 		old := sh.order[sh.head]
 		sh.order[sh.head] = hotID{}
 		sh.head++
@@ -282,9 +303,7 @@ func (h *hotSet) evict(sh *hotShard, k hotID) {
 			continue
 		}
 		if r := sh.m.get(old); r != nil {
-			sh.bytes -= r.size
-			h.bytes.Add(-int64(r.size))
-			sh.m.del(old)
+			h.remove(sh, old, r)
 		}
 	}
 	if queued := len(sh.order) - sh.head; queued > 2*sh.m.len()+64 {
@@ -315,9 +334,7 @@ func (h *hotSet) drop(scope, key string, token uint64) {
 	k := hotID{scope, key}
 	sh.mu.Lock()
 	if old := sh.m.get(k); old != nil && (token == 0 || old.token == token) {
-		sh.bytes -= old.size
-		h.bytes.Add(-int64(old.size))
-		sh.m.del(k)
+		h.remove(sh, k, old)
 	}
 	sh.mu.Unlock()
 }
@@ -335,10 +352,23 @@ func (h *hotSet) takeCounts(out []Tally) []Tally {
 			}
 			out = append(out, t)
 			e.replays = 0
+			if e.pinned {
+				e.pinned = false
+				h.pinned.Add(-int64(e.size))
+			}
 		}
 		clear(sh.pending)
 		sh.pending = sh.pending[:0]
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// keep puts the done record rec of (scope, key) in the replay cache, and
+// asks for an early flush of the counts when entries dropped with theirs
+// unflushed hold their share of the cache (hotSet.put).
+func (s *Store) keep(scope, key string, rec *Record) {
+	if s.hot.put(scope, key, rec) {
+		s.flushSoon()
+	}
 }

@@ -116,7 +116,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 				k := "k" + strconv.Itoa((g*each+i)%keys)
 				at := base.Add(time.Duration(g*each + i))
 				// Dropped by another goroutine: put it back.
-				for e, _, _ := h.replay("", k, "fp", at, 0, nil, true); e == nil; e, _, _ = h.replay("", k, "fp", at, 0, nil, true) {
+				for e, _ := h.replay("", k, "fp", at, 0, nil, true); e == nil; e, _ = h.replay("", k, "fp", at, 0, nil, true) {
 					h.put("", k, rec(k))
 				}
 				if i%97 == 0 {
@@ -160,13 +160,13 @@ func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	h := newDefaultHotSet()
 	now := time.Unix(1_700_000_000, 0)
 	h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}})
-	if e, _, _ := h.replay("", "k", "other", now, 0, nil, true); e != nil {
+	if e, _ := h.replay("", "k", "other", now, 0, nil, true); e != nil {
 		t.Fatal("replayed for another fingerprint")
 	}
-	if e, _, _ := h.replay("", "k", "fp", now.Add(time.Second), 0, nil, true); e != nil {
+	if e, _ := h.replay("", "k", "fp", now.Add(time.Second), 0, nil, true); e != nil {
 		t.Fatal("replayed once expired")
 	}
-	if e, _, _ := h.replay("", "k", "fp", now, 0, nil, true); e == nil {
+	if e, _ := h.replay("", "k", "fp", now, 0, nil, true); e == nil {
 		t.Fatal("not replayed")
 	}
 	got := h.takeCounts(nil)
@@ -200,7 +200,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 				freshReads++
 				return current
 			}
-			e, at, _ := h.replay("", "k", "fp", reading, behind, fresh, true)
+			e, at := h.replay("", "k", "fp", reading, behind, fresh, true)
 			name := fmt.Sprintf("%v from expiry, reading %v late", off, late)
 			// The bound: late by at most behind, never replayed once
 			// expired; later, by no more than the excess.
@@ -244,13 +244,13 @@ func TestHotSet_ScopesKeptApart(t *testing.T) {
 			ExpiresAt: now.Add(time.Hour), Result: &Result{Status: 200 + i}})
 	}
 	for i, id := range ids {
-		e, _, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false)
+		e, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false)
 		if e == nil || e.result.Status != 200+i {
 			t.Fatalf("%+v: got %+v, want status %d", id, e, 200+i)
 		}
 	}
 	for _, id := range []hotID{{"a", ""}, {"ak", ""}, {"a\x00", "k"}, {"\x01a", "k"}, {"c", "k"}} {
-		if e, _, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false); e != nil {
+		if e, _ := h.replay(id.scope, id.key, "fp", now, 0, nil, false); e != nil {
 			t.Fatalf("%+v: replayed %+v", id, e.result)
 		}
 	}
@@ -292,7 +292,7 @@ func TestHotSet_DropByToken(t *testing.T) {
 // memory budget.
 func newDefaultHotSet() *hotSet {
 	s := sharesOf(DefaultMemoryBudget)
-	return newHotSet(s.hotBytes, s.tallies)
+	return newHotSet(s.hotBytes)
 }
 
 // TestHotSet_ShareOfTheBudget checks the replay cache's share: a fifth of
@@ -349,5 +349,67 @@ func TestHotSet_StoreKeepsItsShareOfTheBudget(t *testing.T) {
 	}
 	if n, _ := kept(s.hot); n == 0 || s.hot.bytes.Load() < s.hot.limit/2 {
 		t.Fatalf("the cache keeps %d entries, %d bytes: it should fill its share %d", n, s.hot.bytes.Load(), s.hot.limit)
+	}
+}
+
+// TestHotSet_CountsOfKeptEntriesWait checks that counting replays of the
+// cache's own entries asks for no early flush, however many entries are
+// counted: their counts cost only their places on the pending lists. Only
+// entries dropped with unflushed counts (pinned) hold memory beyond the
+// cache, and past their share put asks for a flush.
+func TestHotSet_CountsOfKeptEntriesWait(t *testing.T) {
+	const entries = 20_000
+	now := time.Unix(1_700_000_000, 0)
+	rec := func(k string) *Record {
+		return &Record{Key: k, State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Hour),
+			Result: &Result{Status: 200, Body: make([]byte, 90)}}
+	}
+	h := newHotSet(int64(entries) * 1024)
+	for i := range entries {
+		if h.put("", "k"+strconv.Itoa(i), rec("k"+strconv.Itoa(i))) {
+			t.Fatalf("put %d asked for a flush with nothing pinned", i)
+		}
+	}
+	replays := 0
+	for round := range 3 {
+		for i := range entries {
+			if e, _ := h.replay("", "k"+strconv.Itoa(i), "fp", now, 0, nil, true); e == nil {
+				t.Fatalf("round %d: key %d not replayed from the cache", round, i)
+			}
+			replays++
+		}
+	}
+	if p := h.pinned.Load(); p != 0 {
+		t.Fatalf("%d bytes pinned with every counted entry still kept", p)
+	}
+	// Churn: new keys evict the counted ones, which stay pinned until
+	// flushed, and count against the limit.
+	asked := -1
+	for i := range 4 * entries {
+		k := "new" + strconv.Itoa(i)
+		if h.put("", k, rec(k)) && asked < 0 {
+			asked = i
+		}
+		if over := h.bytes.Load() + h.pinned.Load() - h.limit; over > hotShards*1024 {
+			t.Fatalf("after %d puts the cache and its pinned entries are %d bytes over the limit", i+1, over)
+		}
+	}
+	if asked < 0 {
+		t.Fatalf("the counted entries were evicted (%d bytes pinned) and no put asked for a flush", h.pinned.Load())
+	}
+	if p := h.pinned.Load(); p < h.limit/pinnedShare {
+		t.Fatalf("a flush was asked with %d bytes pinned, under the share %d", p, h.limit/pinnedShare)
+	}
+	var total int64
+	seen := map[string]bool{}
+	for _, c := range h.takeCounts(nil) {
+		total += c.Replays
+		seen[c.Key] = true
+	}
+	if total != int64(replays) || len(seen) != entries {
+		t.Fatalf("the flush handed over %d replays of %d keys, want %d of %d", total, len(seen), replays, entries)
+	}
+	if p := h.pinned.Load(); p != 0 {
+		t.Fatalf("%d bytes still pinned after the flush", p)
 	}
 }

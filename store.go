@@ -290,7 +290,7 @@ func New(b Backend, opts *Options) *Store {
 	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
 		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1), drained: make(chan struct{}),
-		hot: newHotSet(shares.hotBytes, shares.tallies), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule()}}
+		hot: newHotSet(shares.hotBytes), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule()}}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(Tallier)
 	if _, ok := o.Clock.(systemClock); ok {
