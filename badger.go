@@ -247,6 +247,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 		}
 	}
 	bo := badgerOptions(dir, o)
+	b.counts.limit = badgerSharesOf(memoryBudget(o.MemoryBudget)).tallied
 	reserve := o.FreeSpaceReserve
 	if reserve == 0 {
 		reserve = int64(bo.NumMemtables)*bo.MemTableSize + 16*bo.BaseTableSize + wal.InitialSize

@@ -34,14 +34,14 @@ import (
 // nanoseconds (0 for none).
 const countsFormat = 1
 
-// maxTallied bounds the records talliedCache keeps; past it an arbitrary
-// one is dropped (and read from the store when counted again).
-const maxTallied = 1 << 16
-
 // talliedCache remembers, for records whose counts are kept beside them,
 // their Badger expiry and the counts stored, so that a flush writes new
 // counts without reading either.
 type talliedCache struct {
+	// limit bounds the records kept (the memory budget's share,
+	// badgerSharesOf); past it an arbitrary one is dropped, and read from
+	// the store when counted again.
+	limit int
 	// flushMu serialises AddTallies calls, so that no two of their ops
 	// share a unit: an op is then the only reader of what it put in m
 	// before its writes were stored.
@@ -54,10 +54,27 @@ type talliedCache struct {
 }
 
 // talliedRecord is what the store holds of a record whose counts are kept
-// beside it.
+// beside it: 48 bytes, the counts without the names a Tally carries
+// (with its key and the map's slot, about 200 bytes a record).
 type talliedRecord struct {
-	expiresAt uint64 // the record's Badger expiry, which its counts share
-	counts    Tally  // the counts beside it
+	expiresAt uint64     // the record's Badger expiry, which its counts share
+	counts    keptCounts // the counts beside it
+}
+
+// keptCounts are a Tally's counts, its times in Unix nanoseconds (0 for
+// none).
+type keptCounts struct {
+	replays, conflicts, mismatches int64
+	lastReplay, lastRejection      int64
+}
+
+// add adds u's counts to c, as Tally.add does.
+func (c *keptCounts) add(u Tally) {
+	c.replays += u.Replays
+	c.conflicts += u.Conflicts
+	c.mismatches += u.Mismatches
+	c.lastReplay = max(c.lastReplay, unixNanos(u.LastReplay))
+	c.lastRejection = max(c.lastRejection, unixNanos(u.LastRejection))
 }
 
 func (c *talliedCache) forget(id []byte) {
@@ -79,7 +96,7 @@ func (c *talliedCache) set(id []byte, r talliedRecord) {
 	if c.m == nil {
 		c.m = make(map[string]talliedRecord)
 	}
-	if _, kept := c.m[string(id)]; !kept && len(c.m) >= maxTallied {
+	if _, kept := c.m[string(id)]; !kept && len(c.m) >= max(c.limit, 1) {
 		for k := range c.m {
 			delete(c.m, k)
 			break
@@ -94,14 +111,14 @@ func (c *talliedCache) clear() {
 	c.mu.Unlock()
 }
 
-func encodeCounts(t Tally) []byte {
+func encodeCounts(c keptCounts) []byte {
 	b := make([]byte, 0, 1+5*binary.MaxVarintLen64)
 	b = append(b, countsFormat)
-	b = binary.AppendVarint(b, t.Replays)
-	b = binary.AppendVarint(b, t.Conflicts)
-	b = binary.AppendVarint(b, t.Mismatches)
-	b = binary.AppendVarint(b, unixNanos(t.LastReplay))
-	return binary.AppendVarint(b, unixNanos(t.LastRejection))
+	b = binary.AppendVarint(b, c.replays)
+	b = binary.AppendVarint(b, c.conflicts)
+	b = binary.AppendVarint(b, c.mismatches)
+	b = binary.AppendVarint(b, c.lastReplay)
+	return binary.AppendVarint(b, c.lastRejection)
 }
 
 func decodeCounts(v []byte) (Tally, error) {
@@ -256,9 +273,11 @@ func (b *BadgerBackend) addTally(t *engine.Txn, id []byte, c Tally) (int, error)
 			return len(v), nil
 		}
 		r.expiresAt = expiresAt
-		if r.counts, err = b.readCounts(t, id); err != nil {
+		stored, err := b.readCounts(t, id)
+		if err != nil {
 			return 0, err
 		}
+		r.counts.add(stored)
 	}
 	r.counts.add(c)
 	key, v := withPrefix(prefixCounts, id), encodeCounts(r.counts)

@@ -5,3 +5,10 @@ import "github.com/dgraph-io/badger/v4"
 // BadgerDB returns the Badger database under b, for external tests that
 // look at or damage what is stored. Writes through it bypass idem's log.
 func BadgerDB(b *BadgerBackend) *badger.DB { return b.eng.DB() }
+
+// TalliedLen returns how many records' counts b remembers, and its bound.
+func TalliedLen(b *BadgerBackend) (n, limit int) {
+	b.counts.mu.Lock()
+	defer b.counts.mu.Unlock()
+	return len(b.counts.m), b.counts.limit
+}
