@@ -240,8 +240,16 @@ func missNotes() map[string]string {
 			"map under the shard's lock, expiry judged on a clock reading refreshed every 100 ms, the " +
 			"fingerprint compared, the replay counted, no allocation. The map contender does the lookup alone, " +
 			"with no expiry, fingerprint or count, and with the very key strings it stored, so its compares " +
-			"skip reading the bytes. Closing the rest: index each shard by a seeded hash with short keys in the " +
-			"entry, to save a cache miss per replay.",
+			"skip reading the bytes. From the budget (72fbdd5) to 4d6afe7 every 4,096 distinct keys replayed asked " +
+			"for an early flush of the counts, so with the workload's 20,000 keys each replay paid about one " +
+			"count written to Badger (2.0-2.5M replays/s); counts of the cache's own entries now wait for the " +
+			"flush interval (3.3-4.0M). What is left is cache misses: with 20,000 entries a replay touches " +
+			"memory the CPU caches do not hold, and each line costs 50-100 ns on this machine. The map touches " +
+			"its slot, its record and the result; idem also reads its stored copy of the key and the " +
+			"fingerprint (115 bytes, two lines), where the map's compares find the very strings it was given. " +
+			"A scratch benchmark of the same layout comparing only the fingerprint's first 20 bytes ran " +
+			"as fast as one not comparing it, and the last 19 as slow as the whole. Closing the rest: entries " +
+			"laid out so that a replay reads two lines fewer.",
 		"replay-pg": "A replay the Store's replay cache answers makes no round trip; a key's first replay in a Store " +
 			"is read from PostgreSQL (the uncached figure), and in the first repetition after the store opened " +
 			"most keys are first replays: the repetitions show it.",
@@ -262,11 +270,15 @@ func missNotes() map[string]string {
 		"mem": "The target judges idem's anonymous memory only: Badger reads its tables through mmap, so after " +
 			"random reads its table files are resident in the process almost whole (RssFile, the uncompressed " +
 			"tables the memory budget writes), which is page cache the kernel can reclaim. The anonymous part " +
-			"(about 39 MiB in this run) is the budget's: memtable arenas, the index cache, idem's replay cache " +
-			"of recent records and the tallies, with the garbage collector's headroom over them; SQLite reads " +
-			"through its 2 MiB page cache (RssAnon about 10 MiB) and leaves the rest to the kernel. Closing it: a " +
-			"smaller MemoryBudget where replays are rare (the replay cache is a fifth of it), or shares that " +
-			"shrink the replay cache as the store grows.",
+			"(33.5 MiB re-measured, 38.9 in the full run) is the budget's and the runtime's. A heap profile at " +
+			"the measurement (docs/memory.md, \"Retained keys\") holds 13-29 MiB live: the replay cache with " +
+			"the 10,000 records just replayed (about 5 MiB), a memtable arena (2.6), the counts waiting for " +
+			"their flush (1-2), and the compactions the reopen starts (2-10 MiB of table builders, whose " +
+			"timing makes the spread between runs); the rest is the Go runtime and the bench child's own " +
+			"1M keys, as for SQLite. SQLite reads through its 2 MiB page cache (RssAnon about 10 MiB) and " +
+			"leaves the rest to the kernel. Closing it: a smaller MemoryBudget where replays are rare (the " +
+			"replay cache is a fifth of it), or compactions finished before Close so that a reopened store " +
+			"starts at rest.",
 		"heap": "Badger allocates its memtables and caches when it opens; BadgerOptions sizes them.",
 		"disk": "The memory budget stores tables uncompressed (Compression None: a builder then holds at most " +
 			"its table, docs/memory.md), which about doubles the bytes of these results on disk; with zstd the " +
