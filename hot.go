@@ -123,7 +123,8 @@ type hotSet struct {
 	bytes atomic.Int64 // the sum of the shards' bytes
 	// pinned is the size of the entries dropped from the maps whose counts
 	// wait for a flush: memory the cache holds beyond its entries. It
-	// counts against limit, and past pinnedMax put asks for a flush.
+	// counts against limit, and past limit/pinnedShare put asks for a
+	// flush.
 	pinned atomic.Int64
 	limit  int64 // the bound on bytes + pinned
 	shards [hotShards]hotShard
@@ -239,8 +240,9 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 // put keeps the done record rec of (scope, key): its Fingerprint, Token,
 // ExpiresAt and Result, which must not be changed afterwards (the cache
 // keeps the Result's header and body, not rec). full reports that the
-// entries it dropped with their counts unflushed hold more than their
-// share (pinnedShare), so that the caller can ask for an early flush.
+// entries dropped with their counts unflushed (by this put or earlier ones)
+// hold more than limit/pinnedShare, so that the caller can ask for an early
+// flush.
 func (h *hotSet) put(scope, key string, rec *Record) (full bool) {
 	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
 		return false
