@@ -270,7 +270,7 @@ func missNotes() map[string]string {
 		"mem": "The target judges idem's anonymous memory only: Badger reads its tables through mmap, so after " +
 			"random reads its table files are resident in the process almost whole (RssFile, the uncompressed " +
 			"tables the memory budget writes), which is page cache the kernel can reclaim. The anonymous part " +
-			"(33.5 MiB re-measured, 38.9 in the full run) is the budget's and the runtime's. A heap profile at " +
+			"(32-39 MiB in the runs of 2026-12-02) is the budget's and the runtime's. A heap profile at " +
 			"the measurement (docs/memory.md, \"Retained keys\") holds 13-29 MiB live: the replay cache with " +
 			"the 10,000 records just replayed (about 5 MiB), a memtable arena (2.6), the counts waiting for " +
 			"their flush (1-2), and the compactions the reopen starts (2-10 MiB of table builders, whose " +
