@@ -71,18 +71,14 @@ func (s *Suite) httpReplays(ctx context.Context) error {
 			return nil
 		}
 	}
-	ops := []struct {
-		name string
-		fn   func() error
-	}{
-		{"idemhttp replay", serve(mw, true)},
-		{"bare handler", serve(bare, false)},
-	}
+	names := []string{"idemhttp replay", "bare handler"}
+	fns := []func() error{serve(mw, true), serve(bare, false)}
+	s.quiesce(ctx)
 	for rep := range s.plan.Reps {
-		for _, o := range ops {
-			ns, err := micro(ctx, s.plan.MicroDuration, o.fn)
-			s.add(id, o.name, ns, nil, err)
-			s.logf("  rep %d %-12s %-18s %8.0f ns/op", rep+1, id, o.name, ns)
+		ns, err := interleaved(ctx, s.plan.MicroDuration, fns)
+		for i, name := range names {
+			s.add(id, name, ns[i], nil, err)
+			s.logf("  rep %d %-12s %-18s %8.0f ns/op", rep+1, id, name, ns[i])
 		}
 	}
 	return ctx.Err()
