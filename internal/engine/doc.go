@@ -2,7 +2,9 @@
 // as an op on one committer goroutine, which gathers the ops that arrive
 // together into a unit (one Badger transaction); a syncer makes each unit
 // durable in idem's log (internal/wal) with one frame and one sync, and
-// answers its ops; an applier then commits the unit to Badger. Keys and
+// answers its ops; an applier then commits the unit to Badger. When ops
+// come one at a time, the committer lends its role to the next caller,
+// which logs its own unit with no goroutine woken on its way. Keys and
 // values are bytes: the engine knows nothing of records.
 //
 // # Semantics

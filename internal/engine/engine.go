@@ -82,8 +82,9 @@ type Options struct {
 	Logger *slog.Logger
 	// BufferedLog writes the log without O_DIRECT (tests of the fallback).
 	BufferedLog bool
-	// BeforeLog and BeforeApply, if set, run on the syncer before it logs
-	// unit seq and on the applier before it commits one (tests).
+	// BeforeLog and BeforeApply, if set, run before unit seq is logged
+	// (on the syncer, or on a lone caller running its op alone) and on
+	// the applier before it commits one (tests).
 	BeforeLog, BeforeApply func(seq uint64)
 }
 
@@ -95,7 +96,8 @@ type Engine struct {
 	opts Options
 	lock *os.File // idem's directory lock (lockDir); nil in memory
 	// mark is the high-water mark as last written (mark.go); the syncer
-	// owns it while the committer runs.
+	// (or a caller holding the committer's role, see role) owns it while
+	// the committer runs.
 	mark mark
 	// lost says what an open under AcceptLoss accepted as lost, if
 	// anything (recordLoss).
@@ -104,7 +106,8 @@ type Engine struct {
 	space spaceGuard
 
 	// log is the log of a Durable engine, nil otherwise; it belongs to
-	// the syncer while the committer runs.
+	// the syncer (or a caller holding the committer's role) while the
+	// committer runs.
 	log *wal.Log
 	// broken, once set, stops all writing until a reopen.
 	brokenMu sync.Mutex
@@ -132,6 +135,17 @@ type Engine struct {
 	ops           chan op
 	stopped       chan struct{}
 	committerDone chan struct{}
+
+	// role is the committer's role as a token, with room for one: the
+	// committer puts it in while it waits idle after a lone unit, and a
+	// caller that finds it there runs its op alone (Update, alone) and
+	// puts it back; the committer takes it back before it does anything
+	// else. Whoever holds it owns what the committer owns: the unit being
+	// filled, seq, the pending index's writes, and pipe, the handshake
+	// with the syncer and the applier (set once by the committer).
+	role chan struct{}
+	pipe *pipe
+	lone int // how many units in a row held one op each
 
 	closeOnce sync.Once
 	closeErr  error
@@ -196,7 +210,8 @@ func open(o Options, lock *os.File) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock, lost: lost,
-		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{})}
+		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{}),
+		role: make(chan struct{}, 1)}
 	e.settleCond = sync.NewCond(&e.settleMu)
 	e.space.reserve = o.Reserve
 	if !bo.InMemory {

@@ -51,8 +51,9 @@ func (e *Engine) openLog(durable bool) error {
 }
 
 // checkpoint makes everything Badger holds durable in its own files, then
-// starts a new generation of the log. It runs on the syncer, or at open
-// and Close when the committer is not running.
+// starts a new generation of the log. It runs on the syncer (or a lone
+// caller holding the committer's role), or at open and Close when the
+// committer is not running.
 func (e *Engine) checkpoint() error {
 	if err := e.markDurable(); err != nil {
 		return err

@@ -10,6 +10,11 @@ import (
 // maxGroup bounds the ops applied in one transaction.
 const maxGroup = 256
 
+// loneStreak is how many lone units in a row make the committer offer
+// its role to the next caller (alone): one op at a time is then the
+// load, not a lull between groups.
+const loneStreak = 4
+
 // applyDepth bounds the units synced to the log and waiting for their
 // Badger commit: past it, the syncer waits for the applier.
 const applyDepth = 8
@@ -44,6 +49,11 @@ func (e *Engine) Update(fn func(t *Txn) error) error {
 	if e.ro {
 		return ErrReadOnly
 	}
+	select {
+	case <-e.role:
+		return e.alone(fn)
+	default:
+	}
 	o := op{fn: fn, done: make(chan error, 1)}
 	select {
 	case e.ops <- o:
@@ -62,6 +72,27 @@ func (e *Engine) Update(fn func(t *Txn) error) error {
 			return ErrClosed
 		}
 	}
+}
+
+// alone runs fn as a unit of its own on the caller's goroutine, holding
+// the committer's role, which the committer offers once a lone unit is
+// done and nothing else is in flight: the unit is logged and answered as
+// the syncer would, with no goroutine woken on its way (docs/engine.md,
+// "A lone caller"). Ops that arrive meanwhile queue for the committer,
+// which takes the role back once fn's unit is answered.
+func (e *Engine) alone(fn func(t *Txn) error) error {
+	defer func() { e.role <- struct{}{} }()
+	select {
+	case <-e.stopped:
+		return ErrClosed
+	default:
+	}
+	o := op{fn: fn, done: make(chan error, 1)}
+	u := e.run(&unit{}, o, e.pipe)
+	if len(u.ops) > 0 {
+		e.finish(e.seal(u), e.pipe.applied)
+	}
+	return <-o.done
 }
 
 // pipe is the committer's end of the pipeline: the syncer's handshake and
@@ -118,6 +149,7 @@ func (p *pipe) stop() {
 func (e *Engine) committer() {
 	defer close(e.committerDone)
 	p := e.startPipe()
+	e.pipe = p
 	defer p.stop()
 	cur := &unit{}
 	handOver := func() {
@@ -137,13 +169,36 @@ func (e *Engine) committer() {
 	}
 	for {
 		switch {
+		case len(cur.ops) == 0 && p.idle && e.lone >= loneStreak:
+			// Nothing in flight, and the load is one op at a time: let
+			// the next caller run its op alone.
+			e.role <- struct{}{}
+			select {
+			case o := <-e.ops:
+				<-e.role
+				cur = e.run(cur, o, p)
+			case <-e.stopped:
+				<-e.role
+				return
+			}
 		case len(cur.ops) == 0:
+			// Under a lone load, wait for the syncer too, to offer the
+			// role once it is free; otherwise it waits to be given a unit.
+			var ready chan struct{}
+			if !p.idle && e.lone >= loneStreak {
+				ready = p.ready
+			}
 			select {
 			case o := <-e.ops:
 				cur = e.run(cur, o, p)
+			case <-ready:
+				p.idle = true
 			case <-e.stopped:
 				return
 			}
+		case p.idle:
+			// The syncer waits already (it went idle before the op came).
+			handOver()
 		case len(cur.ops) >= maxGroup:
 			p.waitIdle()
 			handOver()
@@ -257,6 +312,11 @@ func (u *unit) add(o op, err error, t *Txn) {
 func (e *Engine) seal(u *unit) *unit {
 	e.seq++
 	u.seq = e.seq
+	if len(u.ops) == 1 {
+		e.lone++
+	} else {
+		e.lone = 0
+	}
 	e.pendingMu.Lock()
 	defer e.pendingMu.Unlock()
 	if e.pending == nil {

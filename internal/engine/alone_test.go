@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// goid returns the calling goroutine's id, from its stack header
+// ("goroutine 18 [running]:").
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	id, err := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// loggers records which goroutine logged each unit (Options.BeforeLog),
+// and can hold the next unit logged until released.
+type loggers struct {
+	mu   sync.Mutex
+	by   []uint64 // goroutine ids, in the order units were logged
+	hold atomic.Bool
+	held chan uint64
+	rel  chan struct{}
+}
+
+func newLoggers() *loggers {
+	return &loggers{held: make(chan uint64, 1), rel: make(chan struct{})}
+}
+
+func (l *loggers) beforeLog(seq uint64) {
+	l.mu.Lock()
+	l.by = append(l.by, goid())
+	l.mu.Unlock()
+	if l.hold.CompareAndSwap(true, false) {
+		l.held <- seq
+		<-l.rel
+	}
+}
+
+// last returns how many units were logged, and the goroutine that logged
+// the last.
+func (l *loggers) last() (int, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.by) == 0 {
+		return 0, 0
+	}
+	return len(l.by), l.by[len(l.by)-1]
+}
+
+// goAlone runs sequential puts until one is logged on the caller's own
+// goroutine, which the committer allows once lone units came in a row.
+func goAlone(t *testing.T, e *Engine, l *loggers) {
+	t.Helper()
+	me := goid()
+	for i := range 100 {
+		put(t, e, fmt.Sprintf("warm-%d", i), "v")
+		if _, by := l.last(); by == me {
+			return
+		}
+	}
+	t.Fatal("100 lone puts in a row, and none was logged on its caller's goroutine")
+}
+
+// TestUpdate_LoneCallerLogsItsOwnUnit checks that one caller at a time
+// ends up logging its own units (no goroutine woken on its way), that once
+// it does every later lone op does too, and that those writes are read
+// back and durable.
+func TestUpdate_LoneCallerLogsItsOwnUnit(t *testing.T) {
+	dir := t.TempDir()
+	l := newLoggers()
+	e := openEngine(t, dir, Options{Durable: true, BeforeLog: l.beforeLog})
+	me := goid()
+	put(t, e, "first", "v")
+	_, by := l.last()
+	require.NotEqual(t, me, by, "the first unit must go through the syncer: no streak of lone units yet")
+
+	goAlone(t, e, l)
+	for i := range 20 {
+		key := fmt.Sprintf("k%02d", i)
+		put(t, e, key, strconv.Itoa(i))
+		_, by := l.last()
+		require.Equal(t, me, by, "lone op %d was logged on another goroutine", i)
+		v, ok := read(t, e, key)
+		require.True(t, ok)
+		require.Equal(t, strconv.Itoa(i), v)
+	}
+	require.NoError(t, e.Close())
+
+	e = openEngine(t, dir, Options{Durable: true})
+	for i := range 20 {
+		v, ok := read(t, e, fmt.Sprintf("k%02d", i))
+		require.True(t, ok, "k%02d was answered: it must survive the reopen", i)
+		require.Equal(t, strconv.Itoa(i), v)
+	}
+}
+
+// TestUpdate_OpsArrivingDuringALoneUnitAreGrouped holds a lone caller's
+// unit before its log write while eight other callers arrive: they wait
+// for the committer, which takes its role back once the lone unit is
+// answered and logs all eight in one unit; the next op goes through the
+// committer again.
+func TestUpdate_OpsArrivingDuringALoneUnitAreGrouped(t *testing.T) {
+	l := newLoggers()
+	e := openEngine(t, t.TempDir(), Options{Durable: true, BeforeLog: l.beforeLog})
+	t.Cleanup(func() {
+		select {
+		case <-l.rel:
+		default:
+			close(l.rel) // a failed check must not leave Close waiting
+		}
+	})
+	goAlone(t, e, l)
+
+	l.hold.Store(true)
+	lone := make(chan error, 1)
+	go func() {
+		lone <- e.Update(func(tx *Txn) error {
+			tx.Set([]byte("lone"), []byte("v"), 0)
+			return nil
+		})
+	}()
+	heldSeq := <-l.held
+
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- e.Update(func(tx *Txn) error {
+				tx.Set(fmt.Appendf(nil, "g%d", i), []byte("v"), 0)
+				return nil
+			})
+		}()
+	}
+	// The committer takes the first op and waits for its role; the other
+	// seven queue behind it.
+	deadline := time.Now().Add(time.Minute)
+	for len(e.ops) < n-1 {
+		require.True(t, time.Now().Before(deadline), "the eight ops never queued")
+		runtime.Gosched()
+	}
+	require.Len(t, errs, 0, "no op may be answered while the lone unit holds the role")
+	units, _ := l.last()
+
+	close(l.rel)
+	require.NoError(t, <-lone)
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	after, _ := l.last()
+	require.Equal(t, units+1, after, "the eight ops must be logged as one unit")
+	for i := range n {
+		_, ok := read(t, e, fmt.Sprintf("g%d", i))
+		require.True(t, ok)
+	}
+	require.Greater(t, e.durable.Load(), heldSeq)
+
+	put(t, e, "next", "v")
+	_, by := l.last()
+	require.NotEqual(t, goid(), by, "a unit of eight ends the streak: the next op goes through the committer")
+}
+
+// TestClose_WaitsForALoneUnit closes the engine while a lone caller's unit
+// waits before its log write: Close waits for it, the op succeeds, and
+// its write survives the reopen.
+func TestClose_WaitsForALoneUnit(t *testing.T) {
+	dir := t.TempDir()
+	l := newLoggers()
+	e := openEngine(t, dir, Options{Durable: true, BeforeLog: l.beforeLog})
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(l.rel)
+		}
+	})
+	goAlone(t, e, l)
+
+	l.hold.Store(true)
+	lone := make(chan error, 1)
+	go func() {
+		lone <- e.Update(func(tx *Txn) error {
+			tx.Set([]byte("lone"), []byte("v"), 0)
+			return nil
+		})
+	}()
+	<-l.held
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	<-e.stopped // Close began
+	late := make(chan error, 1)
+	go func() { late <- e.Update(func(tx *Txn) error { return nil }) }()
+	require.Len(t, closed, 0, "Close returned while a lone unit was in flight")
+
+	released = true
+	close(l.rel)
+	require.NoError(t, <-lone)
+	require.NoError(t, <-closed)
+	require.ErrorIs(t, <-late, ErrClosed, "an op that came after Close began")
+
+	e = openEngine(t, dir, Options{Durable: true})
+	v, ok := read(t, e, "lone")
+	require.True(t, ok, "the lone op was answered: its write must survive the reopen")
+	require.Equal(t, "v", v)
+}
