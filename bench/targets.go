@@ -209,8 +209,20 @@ func missNotes() map[string]string {
 			"per op besides the write, 12-15% of a cycle, which is what separates idem from 0.85×. Issuing the " +
 			"write as a raw system call, which keeps the goroutine's processor through it, gained 14-26% at one " +
 			"goroutine (realistic sizes, 3 alternated rounds) but makes any garbage collection wait for a write " +
-			"in flight, so a stalled disk would stall the whole process: not kept. Closing the rest would take a " +
-			"lone caller writing its own group when the log is free, with no goroutine woken on its way.",
+			"in flight, so a stalled disk would stall the whole process: not kept. Since 92844a7 a lone caller " +
+			"writes its own unit when nothing is in flight, with no goroutine woken on its way (docs/engine.md, " +
+			"\"A lone caller\"): 5% at one goroutine in the library's BenchmarkClaimComplete_RealisticSizes " +
+			"(median of six alternated pairs), lost in the noise here (cycle-1 against twowrites in the same " +
+			"repetition, four alternated runs of three repetitions on 2026-12-02: medians 0.70 before and 0.68 " +
+			"after, spanning 0.62-0.82 and 0.44-0.82, as the disk moved between 1,200 and 2,600 twowrites " +
+			"cycles/s). What is left is the " +
+			"disk: a lone cycle issues two log writes, like twowrites, but the disk receives 4.2 write requests " +
+			"and 13.9 KB per cycle against twowrites' 2 and 8 KB (/proc/diskstats around 5,000 cycles of that " +
+			"benchmark; strace counts 2.0 pwrites per cycle and a few msync and fsync per thousand): the " +
+			"kernel writing back Badger's memory-mapped memtable log and value log, whose requests queue " +
+			"beside the log's. Closing it takes a design decision: the raw system call above, or idem's log " +
+			"as Badger's only write-ahead log (memtables flushed to tables at each checkpoint instead of " +
+			"written twice).",
 		"cycle-32-fast": "Fast mode skips the log write and its wait; at 32 goroutines the durable pipeline's " +
 			"groups share each write, so what is left is the wait for the write before a group's callers run " +
 			"again (see cycle-32).",
@@ -276,9 +288,12 @@ func missNotes() map[string]string {
 			"their flush (1-2), and the compactions the reopen starts (2-10 MiB of table builders, whose " +
 			"timing makes the spread between runs); the rest is the Go runtime and the bench child's own " +
 			"1M keys, as for SQLite. SQLite reads through its 2 MiB page cache (RssAnon about 10 MiB) and " +
-			"leaves the rest to the kernel. Closing it: a smaller MemoryBudget where replays are rare (the " +
-			"replay cache is a fifth of it), or compactions finished before Close so that a reopened store " +
-			"starts at rest.",
+			"leaves the rest to the kernel. A smaller budget alone does not close it: the dataset child on one " +
+			"loaded copy, run in turn on 2026-12-02 after 92844a7, gave 36.8, 27.8 and 39.2 MiB with the " +
+			"default budget and 28.3 and 28.1 with 32 MiB (a heap profile of the 39.2 run: 7.1 MiB of table " +
+			"builders, 5.1 of replay cache, 2.6 of memtable arena). Closing it needs a decision on when a " +
+			"store compacts: compactions finished before Close, or deferred after an open, so that a reopened " +
+			"store starts at rest.",
 		"heap": "Badger allocates its memtables and caches when it opens; BadgerOptions sizes them.",
 		"disk": "The memory budget stores tables uncompressed (Compression None: a builder then holds at most " +
 			"its table, docs/memory.md), which about doubles the bytes of these results on disk; with zstd the " +
@@ -293,6 +308,10 @@ func missNotes() map[string]string {
 			"and a few milliseconds of them swing with the machine (repetitions of 4.2-8.1 ms among 10k and " +
 			"4.8-6.0 ms among 1M in one run): judge it over several runs.",
 		"fingerprint": "Fingerprinting parses and canonicalises JSON (member order, escapes, exact numbers) " +
-			"before hashing; SHA-256 alone only hashes. Closing it: a single pass without allocations.",
+			"before hashing; SHA-256 alone only hashes. The ratio moves with the machine more than the code: the " +
+			"workload run alone on 2026-12-02 gave 2.6-2.7× at 10:25 and 2.9-3.2× at 10:55, SHA-256 at " +
+			"286-307 ns both times, the fingerprint's parse and member sort (about 60% of its time; one " +
+			"allocation, the result) slower. Closing it with a margin: a single pass that hashes members " +
+			"already in order without copying them.",
 	}
 }
