@@ -209,7 +209,7 @@ func missNotes() map[string]string {
 			"per op besides the write, 12-15% of a cycle, which is what separates idem from 0.85×. Issuing the " +
 			"write as a raw system call, which keeps the goroutine's processor through it, gained 14-26% at one " +
 			"goroutine (realistic sizes, 3 alternated rounds) but makes any garbage collection wait for a write " +
-			"in flight, so a stalled disk would stall the whole process: not kept. Since 92844a7 a lone caller " +
+			"in flight, so a stalled disk would stall the whole process: not kept. Since 8dac564 a lone caller " +
 			"writes its own unit when nothing is in flight, with no goroutine woken on its way (docs/engine.md, " +
 			"\"A lone caller\"): 5% at one goroutine in the library's BenchmarkClaimComplete_RealisticSizes " +
 			"(median of six alternated pairs), lost in the noise here (cycle-1 against twowrites in the same " +
@@ -289,7 +289,7 @@ func missNotes() map[string]string {
 			"timing makes the spread between runs); the rest is the Go runtime and the bench child's own " +
 			"1M keys, as for SQLite. SQLite reads through its 2 MiB page cache (RssAnon about 10 MiB) and " +
 			"leaves the rest to the kernel. A smaller budget alone does not close it: the dataset child on one " +
-			"loaded copy, run in turn on 2026-12-02 after 92844a7, gave 36.8, 27.8 and 39.2 MiB with the " +
+			"loaded copy, run in turn on 2026-12-02 after 8dac564, gave 36.8, 27.8 and 39.2 MiB with the " +
 			"default budget and 28.3 and 28.1 with 32 MiB (a heap profile of the 39.2 run: 7.1 MiB of table " +
 			"builders, 5.1 of replay cache, 2.6 of memtable arena). Closing it needs a decision on when a " +
 			"store compacts: compactions finished before Close, or deferred after an open, so that a reopened " +
