@@ -215,3 +215,42 @@ func TestClose_WaitsForALoneUnit(t *testing.T) {
 	require.True(t, ok, "the lone op was answered: its write must survive the reopen")
 	require.Equal(t, "v", v)
 }
+
+// TestUpdate_PanicAloneBreaksTheEngine panics in an op run alone and
+// recovers it up the caller's stack, as an HTTP server would: the engine
+// refuses later writes until it is reopened, rather than go on with a
+// half-run unit, and the reopened store holds the answered writes and
+// none of the op's.
+func TestUpdate_PanicAloneBreaksTheEngine(t *testing.T) {
+	dir := t.TempDir()
+	l := newLoggers()
+	e := openEngine(t, dir, Options{Durable: true, BeforeLog: l.beforeLog})
+	goAlone(t, e, l)
+	put(t, e, "kept", "v")
+
+	func() {
+		defer func() { require.Equal(t, "boom", recover()) }()
+		_ = e.Update(func(tx *Txn) error {
+			tx.Set([]byte("half"), []byte("v"), 0)
+			panic("boom")
+		})
+	}()
+	err := e.Update(func(tx *Txn) error {
+		tx.Set([]byte("after"), []byte("v"), 0)
+		return nil
+	})
+	require.ErrorContains(t, err, "an op panicked: boom")
+	v, ok := read(t, e, "kept")
+	require.True(t, ok)
+	require.Equal(t, "v", v)
+	require.NoError(t, e.Close())
+
+	e = openEngine(t, dir, Options{Durable: true})
+	_, ok = read(t, e, "kept")
+	require.True(t, ok, "an answered write must survive")
+	for _, k := range []string{"half", "after"} {
+		_, ok = read(t, e, k)
+		require.False(t, ok, "%s was never answered", k)
+	}
+	put(t, e, "again", "v")
+}

@@ -80,17 +80,35 @@ func (e *Engine) Update(fn func(t *Txn) error) error {
 // the syncer would, with no goroutine woken on its way (docs/engine.md,
 // "A lone caller"). Ops that arrive meanwhile queue for the committer,
 // which takes the role back once fn's unit is answered.
+//
+// A panic on the committer would end the process. Here it may be
+// recovered up the caller's stack, so it first breaks the engine (every
+// later write fails until a reopen, which replays whatever the log holds)
+// and discards the unit's transaction unless the applier has it; then it
+// goes on up.
 func (e *Engine) alone(fn func(t *Txn) error) error {
-	defer func() { e.role <- struct{}{} }()
+	u, handed := &unit{}, false
+	defer func() {
+		if r := recover(); r != nil {
+			e.breakWith(fmt.Errorf("an op panicked: %v", r))
+			if !handed && u.txn != nil {
+				u.txn.Discard()
+			}
+			e.role <- struct{}{}
+			panic(r)
+		}
+		e.role <- struct{}{}
+	}()
 	select {
 	case <-e.stopped:
 		return ErrClosed
 	default:
 	}
 	o := op{fn: fn, done: make(chan error, 1)}
-	u := e.run(&unit{}, o, e.pipe)
+	e.run(u, o, e.pipe) // a fresh unit is never handed over: u stays
 	if len(u.ops) > 0 {
 		e.finish(e.seal(u), e.pipe.applied)
+		handed = true
 	}
 	return <-o.done
 }
