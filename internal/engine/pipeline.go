@@ -114,7 +114,8 @@ func (e *Engine) alone(fn func(t *Txn) error) error {
 }
 
 // pipe is the committer's end of the pipeline: the syncer's handshake and
-// the applier's queue. Only the committer uses it.
+// the applier's queue. Only the committer uses it, or a caller holding
+// its role (alone), which hands its unit to the applier.
 type pipe struct {
 	ready   chan struct{} // the syncer is free and waits for a unit
 	units   chan *unit
