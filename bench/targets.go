@@ -218,7 +218,7 @@ func missNotes() map[string]string {
 			"cycles/s). What is left is the " +
 			"disk: a lone cycle issues two log writes, like twowrites, but the disk receives 4.2 write requests " +
 			"and 13.9 KB per cycle against twowrites' 2 and 8 KB (/proc/diskstats around 5,000 cycles of that " +
-			"benchmark; strace counts 2.0 pwrites per cycle and a few msync and fsync per thousand): the " +
+			"benchmark; strace counts 2.0 pwrites per cycle and 7-10 each of msync, fsync and fdatasync per thousand cycles): the " +
 			"kernel writing back Badger's memory-mapped memtable log and value log, whose requests queue " +
 			"beside the log's. Closing it takes a design decision: the raw system call above, or idem's log " +
 			"as Badger's only write-ahead log (memtables flushed to tables at each checkpoint instead of " +
