@@ -29,15 +29,38 @@ func goid() uint64 {
 // loggers records which goroutine logged each unit (Options.BeforeLog),
 // and can hold the next unit logged until released.
 type loggers struct {
-	mu   sync.Mutex
-	by   []uint64 // goroutine ids, in the order units were logged
-	hold atomic.Bool
-	held chan uint64
-	rel  chan struct{}
+	mu      sync.Mutex
+	by      []uint64 // goroutine ids, in the order units were logged
+	hold    atomic.Bool
+	held    chan uint64
+	rel     chan struct{}
+	relOnce sync.Once
 }
 
 func newLoggers() *loggers {
 	return &loggers{held: make(chan uint64, 1), rel: make(chan struct{})}
+}
+
+// release lets the held unit, and any later one, be logged.
+func (l *loggers) release() { l.relOnce.Do(func() { close(l.rel) }) }
+
+// holdAlone makes the next unit wait before its log write, starts a put
+// of key "lone" from a goroutine of its own (run alone, once goAlone
+// returned), and returns the held unit's seq and the put's answer. The
+// unit is released when the test ends, before the engine's Close (a
+// cleanup registered later runs first), so that a failed check does not
+// leave Close waiting.
+func holdAlone(t *testing.T, e *Engine, l *loggers) (uint64, chan error) {
+	t.Cleanup(l.release)
+	l.hold.Store(true)
+	lone := make(chan error, 1)
+	go func() {
+		lone <- e.Update(func(tx *Txn) error {
+			tx.Set([]byte("lone"), []byte("v"), 0)
+			return nil
+		})
+	}()
+	return <-l.held, lone
 }
 
 func (l *loggers) beforeLog(seq uint64) {
@@ -116,24 +139,8 @@ func TestUpdate_LoneCallerLogsItsOwnUnit(t *testing.T) {
 func TestUpdate_OpsArrivingDuringALoneUnitAreGrouped(t *testing.T) {
 	l := newLoggers()
 	e := openEngine(t, t.TempDir(), Options{Durable: true, BeforeLog: l.beforeLog})
-	t.Cleanup(func() {
-		select {
-		case <-l.rel:
-		default:
-			close(l.rel) // a failed check must not leave Close waiting
-		}
-	})
 	goAlone(t, e, l)
-
-	l.hold.Store(true)
-	lone := make(chan error, 1)
-	go func() {
-		lone <- e.Update(func(tx *Txn) error {
-			tx.Set([]byte("lone"), []byte("v"), 0)
-			return nil
-		})
-	}()
-	heldSeq := <-l.held
+	heldSeq, lone := holdAlone(t, e, l)
 
 	const n = 8
 	errs := make(chan error, n)
@@ -155,7 +162,7 @@ func TestUpdate_OpsArrivingDuringALoneUnitAreGrouped(t *testing.T) {
 	require.Len(t, errs, 0, "no op may be answered while the lone unit holds the role")
 	units, _ := l.last()
 
-	close(l.rel)
+	l.release()
 	require.NoError(t, <-lone)
 	for range n {
 		require.NoError(t, <-errs)
@@ -180,23 +187,8 @@ func TestClose_WaitsForALoneUnit(t *testing.T) {
 	dir := t.TempDir()
 	l := newLoggers()
 	e := openEngine(t, dir, Options{Durable: true, BeforeLog: l.beforeLog})
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(l.rel)
-		}
-	})
 	goAlone(t, e, l)
-
-	l.hold.Store(true)
-	lone := make(chan error, 1)
-	go func() {
-		lone <- e.Update(func(tx *Txn) error {
-			tx.Set([]byte("lone"), []byte("v"), 0)
-			return nil
-		})
-	}()
-	<-l.held
+	_, lone := holdAlone(t, e, l)
 	closed := make(chan error, 1)
 	go func() { closed <- e.Close() }()
 	<-e.stopped // Close began
@@ -204,8 +196,7 @@ func TestClose_WaitsForALoneUnit(t *testing.T) {
 	go func() { late <- e.Update(func(tx *Txn) error { return nil }) }()
 	require.Len(t, closed, 0, "Close returned while a lone unit was in flight")
 
-	released = true
-	close(l.rel)
+	l.release()
 	require.NoError(t, <-lone)
 	require.NoError(t, <-closed)
 	require.ErrorIs(t, <-late, ErrClosed, "an op that came after Close began")
