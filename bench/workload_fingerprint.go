@@ -34,11 +34,22 @@ func (s *Suite) fingerprints(ctx context.Context) error {
 			return nil
 		},
 	}
+	return s.microPair(ctx, id, names, fns)
+}
+
+// microPair measures the micro workload id: fns, named names, timed in
+// alternating turns (interleaved) for each repetition, after the machine
+// settled.
+func (s *Suite) microPair(ctx context.Context, id string, names []string, fns []func() error) error {
 	s.quiesce(ctx)
 	for rep := range s.plan.Reps {
 		ns, err := interleaved(ctx, s.plan.MicroDuration, fns)
 		for i, name := range names {
-			s.add(id, name, ns[i], nil, err)
+			if err != nil {
+				s.add(id, name, 0, nil, err)
+				continue
+			}
+			s.add(id, name, ns[i], nil, nil)
 			s.logf("  rep %d %-12s %-18s %8.0f ns/op", rep+1, id, name, ns[i])
 		}
 	}

@@ -73,13 +73,5 @@ func (s *Suite) httpReplays(ctx context.Context) error {
 	}
 	names := []string{"idemhttp replay", "bare handler"}
 	fns := []func() error{serve(mw, true), serve(bare, false)}
-	s.quiesce(ctx)
-	for rep := range s.plan.Reps {
-		ns, err := interleaved(ctx, s.plan.MicroDuration, fns)
-		for i, name := range names {
-			s.add(id, name, ns[i], nil, err)
-			s.logf("  rep %d %-12s %-18s %8.0f ns/op", rep+1, id, name, ns[i])
-		}
-	}
-	return ctx.Err()
+	return s.microPair(ctx, id, names, fns)
 }
