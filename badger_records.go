@@ -9,8 +9,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/y"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/y"
 	"github.com/idemkit/idem/internal/engine"
 )
 

@@ -1,6 +1,6 @@
 package idem
 
-import "github.com/dgraph-io/badger/v4"
+import "github.com/idemkit/idem/internal/badger"
 
 // BadgerDB returns the Badger database under b, for external tests that
 // look at or damage what is stored. Writes through it bypass idem's log.

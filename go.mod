@@ -3,10 +3,12 @@ module github.com/idemkit/idem
 go 1.26
 
 require (
-	github.com/dgraph-io/badger/v4 v4.9.6
-	github.com/dgraph-io/ristretto/v2 v2.2.0
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/dustin/go-humanize v1.0.1
+	github.com/google/flatbuffers v25.2.10+incompatible
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/klauspost/compress v1.18.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/stretchr/testify v1.12.1
 	github.com/vmihailenco/msgpack/v5 v5.4.1
@@ -20,16 +22,12 @@ require (
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
-	github.com/google/flatbuffers v25.2.10+incompatible // indirect
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.18.0 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
@@ -41,14 +39,3 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )
-
-// Badger v4.9.6 with hunks in table/builder.go, levels.go and db.go that
-// bound what its table builders hold (third_party/badger/PATCHES.md, docs/memory.md).
-// A replace applies only in the main module: programs that import idem
-// add this line to their own go.mod to get the bounded memory.
-replace github.com/dgraph-io/badger/v4 => ./third_party/badger
-
-// ristretto v2.2.0 (Badger's cache and allocator library) with one hunk in
-// z/mmap_linux.go: mappings no longer leak an entry each into x/sys's
-// registry (third_party/ristretto/PATCHES.md). The same note applies.
-replace github.com/dgraph-io/ristretto/v2 => ./third_party/ristretto

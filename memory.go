@@ -1,8 +1,8 @@
 package idem
 
 import (
-	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/options"
 )
 
 // The memory budget (Options.MemoryBudget): how one number is split

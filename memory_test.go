@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
-	"github.com/dgraph-io/badger/v4/table"
-	"github.com/dgraph-io/badger/v4/y"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/options"
+	"github.com/idemkit/idem/internal/badger/table"
+	"github.com/idemkit/idem/internal/badger/y"
 	"github.com/idemkit/idem"
 	"github.com/stretchr/testify/require"
 )
@@ -98,7 +98,7 @@ func TestMemoryBudget_OpenBadgerTakesItsOwn(t *testing.T) {
 	require.Equal(t, 2*def.MemTableSize, idem.BadgerDB(b).Opts().MemTableSize)
 }
 
-// The Badger idem builds with is third_party/badger (go.mod's replace):
+// The Badger idem builds with is its own copy, internal/badger:
 // its table builder ends a compressed table once the uncompressed blocks
 // pass twice the table's capacity (PATCHES.md, hunk 3). Released Badger
 // counts only the compressed bytes, so a table of data that compresses

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dgraph-io/ristretto/v2/z"
+	"github.com/idemkit/idem/internal/ristretto/z"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,7 +15,7 @@ import (
 // ristretto mapped with unix.Mmap, which records each mapping, and unmapped
 // with the bare system call, which leaves the record: one record per table
 // ever written, a leak that grew without bound under sustained writes
-// (third_party/ristretto/PATCHES.md). unix.Munmap unmaps only what the
+// (internal/ristretto/PATCHES.md). unix.Munmap unmaps only what the
 // registry holds, so it refuses a mapping that is not recorded. The test
 // fails when idem builds with released ristretto.
 func TestMappingsStayOutOfTheRegistry(t *testing.T) {

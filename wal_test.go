@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem/internal/engine"
 	"github.com/idemkit/idem/internal/wal"
 	"github.com/stretchr/testify/require"

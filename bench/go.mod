@@ -15,8 +15,6 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/dgraph-io/badger/v4 v4.9.6 // indirect
-	github.com/dgraph-io/ristretto/v2 v2.2.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -43,9 +41,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-// Badger as idem's own go.mod replaces it (replace directives apply only
-// in the main module; see ../third_party/badger/PATCHES.md).
-replace github.com/dgraph-io/badger/v4 => ../third_party/badger
-
-replace github.com/dgraph-io/ristretto/v2 => ../third_party/ristretto

@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/pb"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/pb"
 	"github.com/idemkit/idem/internal/wal"
 	"google.golang.org/protobuf/proto"
 )

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/fb"
-	"github.com/dgraph-io/badger/v4/pb"
-	"github.com/dgraph-io/badger/v4/table"
-	"github.com/dgraph-io/badger/v4/y"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/fb"
+	"github.com/idemkit/idem/internal/badger/pb"
+	"github.com/idemkit/idem/internal/badger/table"
+	"github.com/idemkit/idem/internal/badger/y"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem/internal/wal"
 )
 

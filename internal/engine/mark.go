@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem/internal/wal"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/badger"
 )
 
 // maxGroup bounds the ops applied in one transaction.

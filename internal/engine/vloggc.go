@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/idemkit/idem/internal/badger"
 )
 
 // gcHoldPrefix is a prefix no key has: the iterator that holds back the
