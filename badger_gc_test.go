@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/stretchr/testify/require"
 )
 

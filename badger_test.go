@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/badger"
-	"github.com/idemkit/idem/internal/badger/options"
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/options"
 	"github.com/stretchr/testify/require"
 )
 

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem/internal/badger/options"
 	"github.com/idemkit/idem/internal/badger/table"
 	"github.com/idemkit/idem/internal/badger/y"
-	"github.com/idemkit/idem"
 	"github.com/stretchr/testify/require"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/stretchr/testify/require"
 )
 

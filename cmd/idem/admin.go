@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/badger"
 )
 
 // The operator's subcommands (inspect, ls, stats, sweep, export) share

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/stretchr/testify/require"
 )
 
