@@ -10,7 +10,7 @@ import (
 )
 
 const (
-	BADGER_METRIC_PREFIX = "badger_"
+	BADGER_METRIC_PREFIX = "idem_badger_"
 )
 
 var (
