@@ -55,15 +55,15 @@ type BadgerOptions struct {
 	ReadOnly bool
 	// MemoryBudget sizes Badger's memtables, caches and table builders
 	// (see Options.MemoryBudget, which Open passes here when this is 0);
-	// 0 means DefaultMemoryBudget. The fields below and Tune, when set,
-	// win over it.
+	// 0 means DefaultMemoryBudget. The sizes below, when set, win over
+	// it.
 	MemoryBudget int64
 	// MemTableSize is the size of one memtable; 0 means MemoryBudget/32
 	// (1 to 64 MiB).
 	MemTableSize int64
 	// BlockCacheSize is the size of the block cache; 0 means none (the
 	// tables are uncompressed and read through mmap), or MemoryBudget/16
-	// if Tune turns compression on.
+	// with Compress.
 	BlockCacheSize int64
 	// ValueThreshold is the size above which a record is kept in the value
 	// log rather than the LSM tree; 0 means 16 KiB.
@@ -127,10 +127,18 @@ type BadgerOptions struct {
 	// Request.Retention in use when a request overrides the retention
 	// with a longer one: a key lost is held until it would have expired.
 	LossWindow time.Duration
-	// Tune, if set, may change any Badger option last. Changing
-	// DetectConflicts breaks the contract. SyncWrites is off: under
-	// Durable, the backend syncs a log of its own before each commit.
-	Tune func(*badger.Options)
+	// Compress stores tables compressed with zstd (level 1), for a host
+	// that counts disk bytes over memory: tables take about half the
+	// space, while each table builder holds its blocks compressed and
+	// uncompressed and reads go through a block cache (BlockCacheSize,
+	// MemoryBudget/16 unless set). Off by default: uncompressed tables
+	// hold the least memory (docs/memory.md). Stores written with and
+	// without it open either way.
+	Compress bool
+
+	// tune, set only by tests (export_test.go), changes any engine
+	// option last.
+	tune func(*badger.Options)
 }
 
 // Key prefixes in the Badger keyspace. A record's id is its scope's length
@@ -197,7 +205,7 @@ var _ Lister = (*BadgerBackend)(nil)
 var _ Maintainer = (*BadgerBackend)(nil)
 
 // badgerOptions turns o into Badger's options: the sizes of its memory
-// budget (memory.go), then o's explicit sizes, then Tune. The reasons for
+// budget (memory.go), then o's explicit sizes. The reasons for
 // the sizes are in docs/memory.md and docs/engine.md ("Badger's options").
 func badgerOptions(dir string, o BadgerOptions) badger.Options {
 	bo := badger.DefaultOptions(dir)
@@ -226,8 +234,11 @@ func badgerOptions(dir string, o BadgerOptions) badger.Options {
 	if o.ValueThreshold > 0 {
 		bo.ValueThreshold = o.ValueThreshold
 	}
-	if o.Tune != nil {
-		o.Tune(&bo)
+	if o.Compress {
+		bo.Compression, bo.ZSTDCompressionLevel = options.ZSTD, 1
+	}
+	if o.tune != nil {
+		o.tune(&bo)
 	}
 	return fixBlockCache(bo, budget)
 }

@@ -35,9 +35,9 @@ func powerLossStart() time.Time { return time.Date(2026, 5, 1, 0, 0, 0, 0, time.
 // so that flushes, compactions and GC come within a few rounds.
 func powerLossOptions(clk idem.Clock) *idem.Options {
 	return &idem.Options{Clock: clk, SweepInterval: -1, CloseTimeout: time.Second,
-		Badger: idem.BadgerOptions{MemTableSize: 128 << 10, Tune: func(bo *badger.Options) {
+		Badger: idem.TuneBadger(idem.BadgerOptions{MemTableSize: 128 << 10}, func(bo *badger.Options) {
 			bo.ValueLogFileSize = 1 << 20
-		}}}
+		})}
 }
 
 // writeGCRound writes a round's results, calling ack with each once it

@@ -99,7 +99,7 @@ func TestBadger_Reopen_ReadsTablesOfEarlierOptions(t *testing.T) {
 		bo.Compression, bo.BlockSize = options.Snappy, 4<<10
 		bo.BaseTableSize, bo.TableSizeMultiplier = 2<<20, 2
 	}
-	s := openStore(t, dir, &idem.Options{Badger: idem.BadgerOptions{Tune: earlier}})
+	s := openStore(t, dir, &idem.Options{Badger: idem.TuneBadger(idem.BadgerOptions{}, earlier)})
 	fill(s, keys[:200])
 	require.NoError(t, s.Close()) // flushes the memtable into a Snappy table
 
@@ -110,9 +110,9 @@ func TestBadger_Reopen_ReadsTablesOfEarlierOptions(t *testing.T) {
 
 	// Two tables in level 0 over a limit of one: Flatten merges them (and
 	// no background compaction does it first).
-	s = openStore(t, dir, &idem.Options{Badger: idem.BadgerOptions{Tune: func(bo *badger.Options) {
+	s = openStore(t, dir, &idem.Options{Badger: idem.TuneBadger(idem.BadgerOptions{}, func(bo *badger.Options) {
 		bo.NumLevelZeroTables, bo.NumCompactors = 1, 0
-	}}})
+	})})
 	db := idem.BadgerDB(s.Backend().(*idem.BadgerBackend))
 	before := db.Tables()
 	require.Len(t, before, 2)

@@ -12,3 +12,10 @@ func TalliedLen(b *BadgerBackend) (n, limit int) {
 	defer b.counts.mu.Unlock()
 	return len(b.counts.m), b.counts.limit
 }
+
+// TuneBadger makes o change any engine option last: tests reach settings
+// no user needs (tiny value-log files, older table formats, no compactor).
+func TuneBadger(o BadgerOptions, f func(*badger.Options)) BadgerOptions {
+	o.tune = f
+	return o
+}

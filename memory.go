@@ -85,8 +85,7 @@ func badgerSharesOf(b int64) badgerShares {
 }
 
 // applyBudget sets bo's memory sizes from the budget b (already
-// defaulted). Explicit BadgerOptions sizes and Tune are applied after it
-// and win.
+// defaulted). Explicit BadgerOptions sizes are applied after it and win.
 func applyBudget(bo badger.Options, b int64) badger.Options {
 	s := badgerSharesOf(b)
 	bo = bo.
@@ -109,7 +108,7 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 	return bo
 }
 
-// fixBlockCache gives a compressing bo (Tune may have chosen zstd) the
+// fixBlockCache gives a compressing bo (BadgerOptions.Compress) the
 // block cache Badger requires then: B/16, unless one is set.
 func fixBlockCache(bo badger.Options, b int64) badger.Options {
 	if bo.Compression != options.None && bo.BlockCacheSize == 0 {

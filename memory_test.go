@@ -71,23 +71,31 @@ func TestMemoryBudget_RaisedToTheFloor(t *testing.T) {
 	require.Equal(t, floor.IndexCacheSize, bo.IndexCacheSize)
 }
 
-func TestMemoryBudget_ExplicitSizesAndTuneWin(t *testing.T) {
+func TestMemoryBudget_ExplicitSizesWin(t *testing.T) {
 	_, bo := badgerOpts(t, &idem.Options{MemoryBudget: 32 << 20, Badger: idem.BadgerOptions{
 		MemTableSize: 8 << 20, BlockCacheSize: 3 << 20, ValueThreshold: 4 << 10,
-		Tune: func(bo *badger.Options) { bo.IndexCacheSize = 5 << 20 },
 	}})
 	require.Equal(t, int64(8<<20), bo.MemTableSize)
 	require.Equal(t, int64(3<<20), bo.BlockCacheSize)
 	require.Equal(t, int64(4<<10), bo.ValueThreshold)
-	require.Equal(t, int64(5<<20), bo.IndexCacheSize)
+	require.Equal(t, options.None, bo.Compression)
 
-	// Compression through Tune gets the block cache Badger requires.
-	s, bo := badgerOpts(t, &idem.Options{MemoryBudget: 32 << 20, Badger: idem.BadgerOptions{
-		Tune: func(bo *badger.Options) { bo.Compression = options.ZSTD },
-	}})
+	// Compress gets zstd and the block cache Badger requires then.
+	dir := t.TempDir()
+	s := openStore(t, dir, &idem.Options{MemoryBudget: 32 << 20, Badger: idem.BadgerOptions{Compress: true}})
+	bo = idem.BadgerDB(s.Backend().(*idem.BadgerBackend)).Opts()
+	require.Equal(t, options.ZSTD, bo.Compression)
 	require.Equal(t, int64(2<<20), bo.BlockCacheSize)
 	_, _, err := s.Do(bg, idem.Request{Key: "k"}, ok("body"))
 	require.NoError(t, err)
+	require.NoError(t, s.Close()) // flushes a compressed table
+
+	// A store written compressed opens, and replays, without it.
+	s = openStore(t, dir, &idem.Options{MemoryBudget: 32 << 20})
+	res, replayed, err := s.Do(bg, idem.Request{Key: "k"}, ok("other"))
+	require.NoError(t, err)
+	require.True(t, replayed)
+	require.Equal(t, "body", string(res.Body))
 }
 
 func TestMemoryBudget_OpenBadgerTakesItsOwn(t *testing.T) {

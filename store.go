@@ -126,7 +126,7 @@ type Options struct {
 	// the replays and rejections counted between two flushes (B/16 KiB
 	// records). Default
 	// DefaultMemoryBudget (64 MiB); values under MinMemoryBudget (16 MiB)
-	// are raised to it. Options.Badger's explicit sizes and Tune win over
+	// are raised to it. Options.Badger's explicit sizes win over
 	// it. It bounds live bytes: the process's resident memory also holds
 	// the garbage collector's headroom (GOGC), which the host sets (with
 	// GOMEMLIMIT), not a library, and Badger's compaction can briefly
