@@ -232,7 +232,7 @@ func missNotes() map[string]string {
 			"builder holds every block uncompressed and compressed until its table is written, so a 1 MiB table " +
 			"of well-compressed data holds tens of MiB; and each table's index is built in a fresh 3 MiB buffer. " +
 			"Options alone (no compression, small memtables and tables, no block cache) left peaks of 162-183 MiB " +
-			"over a live heap of 34-41 MiB. idem builds with a patched Badger (third_party/badger/PATCHES.md): " +
+			"over a live heap of 34-41 MiB. idem carries a patched Badger in its module (internal/badger/PATCHES.md): " +
 			"index buffers sized for the table, grown allocators released rather than pooled, uncompressed bytes " +
 			"bounded, 2 + (up to 5) builders per compaction and a pool of 2. See docs/memory.md.",
 		"sustained-budget": "The budget's shares bound live bytes (memtables, the index cache, the replay cache, " +
@@ -242,7 +242,7 @@ func missNotes() map[string]string {
 			"replay cache's share is scaled down and one memtable waits for its flush, to leave that headroom. " +
 			"What grew with the cycles (75.9 MiB in the run of 2026-12-02 02:09) was a leak in ristretto, " +
 			"which recorded every mapped file in x/sys's registry and never removed the record; idem builds " +
-			"with it fixed (third_party/ristretto). What grows with the store is Badger's per-table memory, " +
+			"with it fixed (internal/ristretto). What grows with the store is Badger's per-table memory, " +
 			"about 0.8 KiB per table (256 KiB tables at 32 MiB). See docs/memory.md, \"Fewer builders, less " +
 			"cache at small budgets\".",
 		"replay-bbolt": "A replay of a key in idem's replay cache never reaches Badger; a key read once since the " +
@@ -304,7 +304,7 @@ func missNotes() map[string]string {
 			"its table, docs/memory.md), which about doubles the bytes of these results on disk; with zstd the " +
 			"figure was 144 bytes/key. Each idem record also holds its story (claims, attempts, replays, times) " +
 			"beside the result, plus an expiry-index entry, and Badger's LSM keeps overwritten versions until " +
-			"compaction. A host that counts disk over memory can set ZSTD through BadgerOptions.Tune (+46 MiB " +
+			"compaction. A host that counts disk over memory can set BadgerOptions.Compress (zstd, +46 MiB " +
 			"peak at the default budget, measured). Closing it: smaller records, compression that the " +
 			"builders' bound allows.",
 		"sweep": "A sweep finds stale claims through the in-memory set of open claims, which also holds each " +
