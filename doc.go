@@ -93,9 +93,9 @@
 //     directory); use pgstore for several replicas.
 //   - A store directory holds saved responses. Open (for writing) makes it
 //     0700 and the files in it 0600, whatever the umask or the mode it was
-//     created with; files Badger creates afterwards may be 0644 (Badger has
-//     no option for their mode), but the 0700 directory keeps other users
-//     from them, and the next Open makes them 0600.
+//     created with, and every file and directory the store creates later
+//     (tables, value logs, its log, the quarantine, a restored copy) is
+//     created 0600 or 0700.
 //   - The Store caches done records in memory (about 16 MiB) and replays
 //     them without asking the backend until they expire on its clock: a
 //     done record changes only by expiry. With pgstore and several

@@ -1,7 +1,9 @@
 package idem
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -15,11 +17,11 @@ const (
 
 // makePrivate makes dir (created if missing) 0700, whatever the umask or
 // the mode it was created with; it touches nothing inside dir, which is
-// not locked yet (privateFiles does, once it is). Badger has no option for
-// the mode of the files it creates (its tables, value logs and memtables
-// are created 0666 less the umask); a 0700 directory keeps other users
-// from them whatever their mode, and the files found here are made 0600 at
-// every Open.
+// not locked yet (privateFiles does, once it is). Every file the engine
+// creates is created 0600 and every directory 0700 (Badger's and
+// ristretto's copies are patched for it: upstream creates 0666 less the
+// umask); privateFiles fixes what an older version, or someone else,
+// left looser.
 func makePrivate(dir string) error {
 	if err := os.MkdirAll(dir, privateDirMode); err != nil {
 		return err
@@ -30,28 +32,37 @@ func makePrivate(dir string) error {
 	return nil
 }
 
-// privateFiles makes every regular file in dir 0600.
+// privateFiles makes every regular file under dir 0600 and every
+// directory under it (the quarantine) 0700.
 func privateFiles(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, en := range entries {
-		if !en.Type().IsRegular() {
-			continue
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed meanwhile (a compaction)
 		}
-		info, err := en.Info()
 		if err != nil {
-			if os.IsNotExist(err) {
-				continue // removed meanwhile (a compaction)
-			}
 			return err
 		}
-		if info.Mode().Perm() != privateFileMode {
-			if err := os.Chmod(filepath.Join(dir, en.Name()), privateFileMode); err != nil && !os.IsNotExist(err) {
-				return fmt.Errorf("make %s private (0600): %w", en.Name(), err)
-			}
+		want := fs.FileMode(privateFileMode)
+		switch {
+		case d.IsDir():
+			want = privateDirMode
+		case !d.Type().IsRegular():
+			return nil
 		}
-	}
-	return nil
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm() == want {
+			return nil
+		}
+		if err := os.Chmod(path, want); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			rel, _ := filepath.Rel(dir, path)
+			return fmt.Errorf("make %s private (%04o): %w", rel, want, err)
+		}
+		return nil
+	})
 }
