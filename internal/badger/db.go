@@ -1051,6 +1051,15 @@ func (db *DB) ensureRoomForWrite() error {
 		return nil
 	}
 
+	// The next memtable is made before the full one is handed to the
+	// flusher: if its file cannot be created (a full disk), the write
+	// fails and the full memtable stays current, so a later write tries
+	// again, rather than leaving db.mt nil (the assertion above would then
+	// end the process).
+	next, err := db.newMemTable()
+	if err != nil {
+		return y.Wrapf(err, "cannot create new mem table")
+	}
 	for {
 		select {
 		case db.flushChan <- db.mt:
@@ -1058,11 +1067,8 @@ func (db *DB) ensureRoomForWrite() error {
 				db.mt.sl.MemSize(), len(db.flushChan))
 			// We manage to push this task. Let's modify imm.
 			db.imm = append(db.imm, db.mt)
-			db.mt, err = db.newMemTable()
-			if err != nil {
-				return y.Wrapf(err, "cannot create new mem table")
-			}
 			// New memtable is empty. We certainly have room.
+			db.mt = next
 			return nil
 		default:
 			// flushChan is full. Rather than busy-sleep, wait to be signalled when
@@ -1082,6 +1088,7 @@ func (db *DB) ensureRoomForWrite() error {
 			// drain, so waiting for room is safe and cannot deadlock). This matches
 			// the pre-cond behavior, which looped until the push succeeded.
 			if db.IsClosed() {
+				next.DecrRef() // removes its file
 				return errNoRoom
 			}
 			db.flushCond.Wait()

@@ -126,7 +126,15 @@ func (lf *discardStats) Update(fidu uint32, discard int64) int64 {
 	// Move to next slot.
 	lf.nextEmptySlot++
 	for lf.nextEmptySlot >= lf.maxSlot() {
-		y.Check(lf.Truncate(2 * int64(len(lf.Data))))
+		// Growing the file allocates its blocks and fails on a full disk:
+		// the entry is then dropped (the stats only guide value-log GC)
+		// rather than the process ended.
+		if err := lf.Truncate(2 * int64(len(lf.Data))); err != nil {
+			lf.opt.Errorf("while growing discard stats, dropping the entry of file %d: %v", fid, err)
+			lf.nextEmptySlot--
+			lf.zeroOut()
+			return 0
+		}
 	}
 	lf.zeroOut()
 

@@ -493,6 +493,11 @@ func (s *levelsController) runCompactor(id int, lc *z.Closer) {
 		return prios
 	}
 
+	// failed is set when a compaction fails (its tables could not be
+	// written: a full disk); the loop below then waits before the next
+	// try, from one second doubling to ten, rather than rebuilding the
+	// same tables every tick.
+	failed := false
 	run := func(p compactionPriority) bool {
 		err := s.doCompact(id, p)
 		switch err {
@@ -502,6 +507,7 @@ func (s *levelsController) runCompactor(id int, lc *z.Closer) {
 			// pass
 		default:
 			s.kv.opt.Warningf("While running doCompact: %v\n", err)
+			failed = true
 		}
 		return false
 	}
@@ -541,6 +547,7 @@ func (s *levelsController) runCompactor(id int, lc *z.Closer) {
 	count := 0
 	ticker := time.NewTicker(50 * time.Millisecond)
 	defer ticker.Stop()
+	backoff := time.Duration(0)
 	for {
 		select {
 		// Can add a done channel or other stuff.
@@ -554,6 +561,19 @@ func (s *levelsController) runCompactor(id int, lc *z.Closer) {
 				runOnce()
 			}
 		case <-lc.HasBeenClosed():
+			return
+		}
+		if !failed {
+			backoff = 0
+			continue
+		}
+		failed = false
+		backoff = min(max(2*backoff, time.Second), 10*time.Second)
+		pause := time.NewTimer(backoff)
+		select {
+		case <-pause.C:
+		case <-lc.HasBeenClosed():
+			pause.Stop()
 			return
 		}
 	}
@@ -894,7 +914,12 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 		}
 		go func(builder *table.Builder, fileID uint64) {
 			var err error
-			defer inflightBuilders.Done(err)
+			// A closure, so that Done gets the error CreateTable returns:
+			// deferred directly, its argument was the nil of this line, a
+			// table that could not be written (a full disk) was left out
+			// of the compaction's output unnoticed, and the compaction
+			// then deleted its input tables, losing the keys in it.
+			defer func() { inflightBuilders.Done(err) }()
 			defer builder.Close()
 
 			var tbl *table.Table

@@ -207,6 +207,11 @@ func (mf *manifestFile) addChanges(changesParam []*pb.ManifestChange, opt Option
 	// Maybe we could use O_APPEND instead (on certain file systems)
 	mf.appendLock.Lock()
 	defer mf.appendLock.Unlock()
+	// A change set that cannot be written or synced (a full disk) is
+	// undone, in memory and in the file: the flush or compaction that made
+	// it removes its tables and tries again, and a manifest in memory that
+	// named them would be written out by the next rewrite.
+	undo := manifestUndoOf(&mf.manifest, &changes)
 	if err := applyChangeSet(&mf.manifest, &changes, opt); err != nil {
 		return err
 	}
@@ -214,6 +219,7 @@ func (mf *manifestFile) addChanges(changesParam []*pb.ManifestChange, opt Option
 	if mf.manifest.Deletions > mf.deletionsRewriteThreshold &&
 		mf.manifest.Deletions > manifestDeletionsRatio*(mf.manifest.Creations-mf.manifest.Deletions) {
 		if err := mf.rewrite(); err != nil {
+			undo(&mf.manifest)
 			return err
 		}
 	} else {
@@ -221,12 +227,65 @@ func (mf *manifestFile) addChanges(changesParam []*pb.ManifestChange, opt Option
 		binary.BigEndian.PutUint32(lenCrcBuf[0:4], uint32(len(buf)))
 		binary.BigEndian.PutUint32(lenCrcBuf[4:8], crc32.Checksum(buf, y.CastagnoliCrcTable))
 		buf = append(lenCrcBuf[:], buf...)
-		if _, err := mf.fp.Write(buf); err != nil {
+		off, err := mf.fp.Seek(0, io.SeekCurrent)
+		if err != nil {
+			undo(&mf.manifest)
 			return err
 		}
+		if _, err := mf.fp.Write(buf); err != nil {
+			undo(&mf.manifest)
+			return errors.Join(err, truncateManifest(mf.fp, off))
+		}
+		if err := syncFunc(mf.fp); err != nil {
+			undo(&mf.manifest)
+			return errors.Join(err, truncateManifest(mf.fp, off))
+		}
+		return nil
 	}
 
 	return syncFunc(mf.fp)
+}
+
+// truncateManifest cuts a change set that was partly written off the end of
+// the manifest, so that the next one follows the last whole one (a reader
+// stops at the first damaged change set and drops what follows).
+func truncateManifest(fp *os.File, off int64) error {
+	if err := fp.Truncate(off); err != nil {
+		return err
+	}
+	_, err := fp.Seek(off, io.SeekStart)
+	return err
+}
+
+// manifestUndoOf returns a function that undoes changes in m once
+// applyChangeSet has applied them.
+func manifestUndoOf(m *Manifest, changes *pb.ManifestChangeSet) func(*Manifest) {
+	type prior struct {
+		tm      TableManifest
+		existed bool
+	}
+	before := make([]prior, len(changes.Changes))
+	for i, c := range changes.Changes {
+		tm, ok := m.Tables[c.Id]
+		before[i] = prior{tm, ok}
+	}
+	return func(m *Manifest) {
+		for i := len(changes.Changes) - 1; i >= 0; i-- {
+			c := changes.Changes[i]
+			switch c.Op {
+			case pb.ManifestChange_CREATE:
+				delete(m.Tables, c.Id)
+				delete(m.Levels[c.Level].Tables, c.Id)
+				m.Creations--
+			case pb.ManifestChange_DELETE:
+				if p := before[i]; p.existed {
+					m.Tables[c.Id] = p.tm
+					m.Levels[p.tm.Level].Tables[c.Id] = struct{}{}
+				}
+				m.Deletions--
+			}
+		}
+	}
 }
 
 // this function is saved here to allow injection of fake filesystem latency at test time.
@@ -312,6 +371,15 @@ func (mf *manifestFile) rewrite() error {
 	}
 	fp, netCreations, err := helpRewrite(mf.directory, &mf.manifest, mf.externalMagic)
 	if err != nil {
+		// Reopen the manifest the rewrite did not replace (a full disk),
+		// so that later changes can still be appended to it.
+		if old, oerr := y.OpenExistingFile(filepath.Join(mf.directory, ManifestFilename), 0); oerr == nil {
+			if _, serr := old.Seek(0, io.SeekEnd); serr == nil {
+				mf.fp = old
+			} else {
+				_ = old.Close()
+			}
+		}
 		return err
 	}
 	mf.fp = fp

@@ -262,6 +262,10 @@ type logFile struct {
 	registry *KeyRegistry
 	writeAt  uint32
 	opt      Options
+	// sparse is set for a value log: a created file gets the blocks of its
+	// header only, and vlog.write allocates each range before writing it
+	// (a value log is mapped at twice ValueLogFileSize, mostly unused).
+	sparse bool
 }
 
 func (lf *logFile) Truncate(end int64) error {
@@ -535,7 +539,11 @@ func (lf *logFile) zeroNextEntry() {
 }
 
 func (lf *logFile) open(path string, flags int, fsize int64) error {
-	mf, ferr := z.OpenMmapFile(path, flags, int(fsize))
+	alloc := fsize
+	if lf.sparse {
+		alloc = vlogHeaderSize
+	}
+	mf, ferr := z.OpenMmapFileAlloc(path, flags, int(fsize), int(alloc))
 	lf.MmapFile = mf
 
 	if ferr == z.NewFile {

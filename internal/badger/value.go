@@ -532,6 +532,7 @@ func (vlog *valueLog) createVlogFile() (*logFile, error) {
 		registry: vlog.db.registry,
 		writeAt:  vlogHeaderSize,
 		opt:      vlog.opt,
+		sparse:   true,
 	}
 	err := lf.open(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 2*vlog.opt.ValueLogFileSize)
 	if err != z.NewFile && err != nil {
@@ -848,11 +849,20 @@ func (vlog *valueLog) write(reqs []*request) error {
 		// [Aman] Should this be >= or just >? Doesn't make sense to extend the file if it big enough already.
 		if int(endOffset) >= len(curlf.Data) {
 			if err := curlf.Truncate(int64(endOffset)); err != nil {
+				// The entry is not written: no gap of zeros in the log,
+				// where a reader of the file (GC) would stop.
+				vlog.writableLogOffset.Add(^(n - 1))
 				return err
 			}
 		}
 
 		start := int(endOffset - n)
+		// Allocate the blocks before writing through the mapping: on a
+		// full disk this is ENOSPC, where the write would be SIGBUS.
+		if err := curlf.Allocate(start, int(n)); err != nil {
+			vlog.writableLogOffset.Add(^(n - 1)) // as above
+			return err
+		}
 		y.AssertTrue(copy(curlf.Data[start:], buf.Bytes()) == int(n))
 
 		curlf.size.Store(endOffset)

@@ -138,6 +138,8 @@ func create(path string, o Options) (*Log, error) {
 	l := &Log{path: path, f: f, gen: 1, off: headerLen, align: BlockSize}
 	fail := func(err error) (*Log, error) {
 		f.Close()
+		// Not left behind: on a full disk it holds what was written.
+		_ = os.Remove(tmp)
 		return nil, err
 	}
 	// Write every block once, so that later writes overwrite allocated

@@ -23,7 +23,15 @@ type MmapFile struct {
 
 var NewFile = errors.New("Create a new file")
 
+// OpenMmapFileUsing maps fd. An empty file is first given sz bytes, with
+// their disk blocks (Allocate), and z.NewFile is returned with the mapping.
 func OpenMmapFileUsing(fd *os.File, sz int, writable bool) (*MmapFile, error) {
+	return openMmapFileUsing(fd, sz, sz, writable)
+}
+
+// openMmapFileUsing is OpenMmapFileUsing allocating the blocks of only the
+// first allocSz bytes of a new file (the rest is a hole until allocated).
+func openMmapFileUsing(fd *os.File, sz, allocSz int, writable bool) (*MmapFile, error) {
 	filename := fd.Name()
 	fi, err := fd.Stat()
 	if err != nil {
@@ -33,7 +41,13 @@ func OpenMmapFileUsing(fd *os.File, sz int, writable bool) (*MmapFile, error) {
 	var rerr error
 	fileSize := fi.Size()
 	if sz > 0 && fileSize == 0 {
-		// If file is empty, truncate it to sz.
+		// If file is empty, allocate its blocks, then truncate it to sz:
+		// a write through the mapping into a block a full file system
+		// cannot give would be SIGBUS, where Allocate returns ENOSPC.
+		if err := Allocate(fd, 0, int64(min(allocSz, sz))); err != nil {
+			_ = fd.Truncate(0) // free what was allocated
+			return nil, errors.Join(err, fmt.Errorf("while allocating %d bytes for %s", allocSz, filename))
+		}
 		if err := fd.Truncate(int64(sz)); err != nil {
 			return nil, errors.Join(err, errors.New("error while truncation"))
 		}
@@ -63,7 +77,20 @@ func OpenMmapFileUsing(fd *os.File, sz int, writable bool) (*MmapFile, error) {
 // created, it would truncate the file to maxSz. In both cases, it would mmap
 // the file to maxSz and returned it. In case the file is created, z.NewFile is
 // returned.
+//
+// The blocks of a created file are allocated (see Allocate), so a full file
+// system is an error here, never SIGBUS on a later write. On an error the
+// file is closed, and removed if it was empty and flag has os.O_CREATE (it
+// was new: a retry creates it again).
 func OpenMmapFile(filename string, flag int, maxSz int) (*MmapFile, error) {
+	return OpenMmapFileAlloc(filename, flag, maxSz, maxSz)
+}
+
+// OpenMmapFileAlloc is OpenMmapFile for a file written in order from its
+// start (a value log): a created file has maxSz bytes but the blocks of only
+// its first allocSz bytes; its writer allocates each range (MmapFile.Allocate)
+// before writing it through the mapping.
+func OpenMmapFileAlloc(filename string, flag int, maxSz, allocSz int) (*MmapFile, error) {
 	// fmt.Printf("opening file %s with flag: %v\n", filename, flag)
 	fd, err := os.OpenFile(filename, flag, 0600)
 	if err != nil {
@@ -73,7 +100,18 @@ func OpenMmapFile(filename string, flag int, maxSz int) (*MmapFile, error) {
 	if flag == os.O_RDONLY {
 		writable = false
 	}
-	return OpenMmapFileUsing(fd, maxSz, writable)
+	mf, err := openMmapFileUsing(fd, maxSz, allocSz, writable)
+	if err != nil && err != NewFile {
+		// Not left open (nor, when new, behind): a flush or compaction
+		// retrying on a full disk opens a file each time.
+		fi, serr := fd.Stat()
+		_ = fd.Close()
+		if serr == nil && fi.Size() == 0 && flag&os.O_CREATE != 0 {
+			_ = os.Remove(filename)
+		}
+		return nil, err
+	}
+	return mf, err
 }
 
 type mmapReader struct {

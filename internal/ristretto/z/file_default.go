@@ -17,6 +17,9 @@ func (m *MmapFile) Truncate(maxSz int64) error {
 	if err := m.Sync(); err != nil {
 		return fmt.Errorf("while sync file: %s, error: %v\n", m.Fd.Name(), err)
 	}
+	if err := m.allocateGrowth(maxSz); err != nil {
+		return err
+	}
 	if err := Munmap(m.Data); err != nil {
 		return fmt.Errorf("while munmap file: %s, error: %v\n", m.Fd.Name(), err)
 	}

@@ -16,6 +16,9 @@ func (m *MmapFile) Truncate(maxSz int64) error {
 	if err := m.Sync(); err != nil {
 		return fmt.Errorf("while sync file: %s, error: %v\n", m.Fd.Name(), err)
 	}
+	if err := m.allocateGrowth(maxSz); err != nil {
+		return err
+	}
 	if err := m.Fd.Truncate(maxSz); err != nil {
 		return fmt.Errorf("while truncate file: %s, error: %v\n", m.Fd.Name(), err)
 	}
