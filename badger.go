@@ -14,7 +14,6 @@ import (
 	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem/internal/badger/options"
 	"github.com/idemkit/idem/internal/engine"
-	"github.com/idemkit/idem/internal/wal"
 )
 
 // Durability says when a write counts as done.
@@ -74,11 +73,15 @@ type BadgerOptions struct {
 	// FreeSpaceReserve is the free space the store keeps on its file
 	// system: below it, new claims fail with ErrUnavailable (replays and
 	// the completion of claims already made go on), and below half of it
-	// a store does not open for writing. 0 sizes it from the other options
-	// (the memtables, sixteen tables for a compaction and idem's log:
-	// about 20 MiB with the default memory budget); a negative value turns
-	// the guard off. Writes resume by
-	// themselves once space returns. docs/engine.md, "Free space".
+	// a store does not open for writing. 0 sizes it from Badger's options
+	// to what the engine may allocate at once, with M the memtable size
+	// and N the memtables that may wait for a flush: N*2M of memtable
+	// logs, (N+1)*M of the tables they flush to, the largest compaction
+	// (NumLevelZeroTablesStall*M + BaseLevelSize), one table and the
+	// tables below it for each other compactor, a write batch of values
+	// (15% of M) and idem's log (8 MiB): about 50 MiB with the default
+	// memory budget. A negative value turns the guard off. Writes resume
+	// by themselves once space returns. docs/engine.md, "Free space".
 	FreeSpaceReserve int64
 	// SkipTableVerify skips the check of every table block that Open
 	// makes. Badger takes a table block that fails its checksum during a
@@ -261,7 +264,7 @@ func OpenBadger(dir string, o BadgerOptions) (*BadgerBackend, error) {
 	b.counts.limit = badgerSharesOf(memoryBudget(o.MemoryBudget)).tallied
 	reserve := o.FreeSpaceReserve
 	if reserve == 0 {
-		reserve = int64(bo.NumMemtables)*bo.MemTableSize + 16*bo.BaseTableSize + wal.InitialSize
+		reserve = engine.Reserve(bo)
 	}
 	eng, err := engine.Open(engine.Options{
 		Badger:     bo,

@@ -194,8 +194,9 @@ func open(o Options, lock *os.File) (*Engine, error) {
 		}
 	}
 	if !bo.InMemory && !bo.ReadOnly {
-		// Badger writes through memory-mapped files from its first
-		// moment: on a full file system that is SIGBUS, not an error.
+		// Opening makes a memtable log (and idem's log, if none) and
+		// replays idem's log into Badger: refused here, with a clear
+		// error, rather than failing on a full disk midway.
 		if free, ok := freeSpace(bo.Dir); ok {
 			if err := lowSpaceErr(free, o.Reserve/2); err != nil {
 				return nil, fmt.Errorf("cannot open for writing: %w", err)

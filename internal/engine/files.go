@@ -165,8 +165,8 @@ func removeEmptyLogs(dir string) error {
 }
 
 // Usage is the space an engine's directory takes on disk: the blocks
-// allocated to its files where the system tells (an open store's logs
-// are sparse, preallocated files), their sizes elsewhere.
+// allocated to its files where the system tells (an open store's value
+// log is a sparse file, allocated as it is written), their sizes elsewhere.
 type Usage struct {
 	Tables   int64 // Badger's tables (.sst)
 	ValueLog int64 // Badger's value logs (.vlog)
