@@ -11,9 +11,11 @@ import (
 
 	"github.com/idemkit/idem/internal/badger"
 	"github.com/idemkit/idem/internal/badger/fb"
+	"github.com/idemkit/idem/internal/badger/options"
 	"github.com/idemkit/idem/internal/badger/pb"
 	"github.com/idemkit/idem/internal/badger/table"
 	"github.com/idemkit/idem/internal/badger/y"
+	"github.com/idemkit/idem/internal/ristretto/z"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -219,4 +221,60 @@ func checkTable(path string) (uint64, error) {
 		return bad("no index (zero-filled: cut off while written?)")
 	}
 	return fb.GetRootAsTableIndex(index, 0).MaxVersion(), nil
+}
+
+// openTables opens, as Badger does when it opens the store, every table in
+// dir, each alone: it reads the index and the last block (for the table's
+// biggest key). It is what an open that Badger refused runs: Badger's
+// error says which table failed only in its text, and a damaged last block
+// fails the open before verifyTables names it. It returns ErrCorrupt
+// naming the first table that fails and why, or nil.
+func openTables(bo badger.Options) error {
+	entries, err := os.ReadDir(bo.Dir)
+	if err != nil {
+		return err
+	}
+	topt := table.Options{
+		ReadOnly: true,
+		// idem's mode (badgerOptions): blocks are checked as they are
+		// read, and OpenTable does not verify the whole table.
+		ChkMode:              options.OnBlockRead,
+		BlockSize:            bo.BlockSize,
+		BloomFalsePositive:   bo.BloomFalsePositive,
+		Compression:          bo.Compression,
+		ZSTDCompressionLevel: bo.ZSTDCompressionLevel,
+		TableSize:            uint64(bo.BaseTableSize),
+	}
+	for _, en := range entries {
+		name := en.Name()
+		if _, ok := table.ParseFileID(name); !ok || !strings.HasSuffix(name, ".sst") {
+			continue
+		}
+		if err := openTable(filepath.Join(bo.Dir, name), topt); err != nil {
+			return fmt.Errorf("%w: table %s: %v", ErrCorrupt, name, err)
+		}
+	}
+	return nil
+}
+
+// openTable opens the table at path with Badger's table package and
+// closes it; a panic while reading it is its damage.
+func openTable(path string, topt table.Options) (err error) {
+	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
+	if err != nil && !errors.Is(err, z.NewFile) {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("reading it failed: %v", r)
+		}
+	}()
+	t, err := table.OpenTable(mf, topt)
+	if err != nil {
+		// With a valid name and OnBlockRead, OpenTable fails only reading
+		// the table, and leaves mf open.
+		_ = mf.Close(-1)
+		return err
+	}
+	return t.MmapFile.Close(-1) // not DecrRef, which deletes the file
 }

@@ -208,6 +208,11 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	}
 	db, err := openBadger(bo)
 	if err != nil {
+		if !bo.InMemory {
+			if terr := openTables(bo); terr != nil {
+				return nil, terr // names the table that failed
+			}
+		}
 		return nil, err
 	}
 	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock, lost: lost,
@@ -297,11 +302,20 @@ func (e *Engine) checkStored(m *mark, pf preflight) error {
 	}
 	pf = e.coveredByLog(m, pf)
 	err := accept(checkAfter(e.dir, e.db, pf, e.opts.AcceptLoss))
-	if err == nil {
-		err = accept(e.checkMark(m))
-	}
+	// The tables before the mark: Badger reads a damaged block as holding
+	// nothing, so the mark's check would blame a lost checkpoint for what
+	// the tables' check names (the table, its block).
 	if err == nil && !e.opts.SkipTableVerify {
 		err = accept(verifyTables(e.db))
+	}
+	if err == nil {
+		err = e.checkMark(m)
+		if err != nil && e.opts.SkipTableVerify {
+			if terr := verifyTables(e.db); terr != nil {
+				err = terr // the cause, skipped above
+			}
+		}
+		err = accept(err)
 	}
 	if m != nil {
 		e.mark = *m
