@@ -693,8 +693,28 @@ func (s *levelsController) checkOverlap(tables []*table.Table, lev int) bool {
 // split the main compaction up into sub-compactions. Each sub-compaction runs
 // concurrently, only iterating over the provided key range, generating tables.
 // This speeds up the compaction significantly.
+// tableErr holds the first error of a compaction's table writers.
+type tableErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *tableErr) set(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+func (e *tableErr) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
 func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
-	inflightBuilders *y.Throttle, res chan<- *table.Table) {
+	inflightBuilders *y.Throttle, res chan<- *table.Table, failed *tableErr) {
 
 	// Check overlap of the top level with the levels which are not being
 	// compacted in this compaction.
@@ -890,6 +910,9 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 		if len(kr.right) > 0 && y.CompareKeys(it.Key(), kr.right) >= 0 {
 			break
 		}
+		if failed.get() != nil {
+			break // the compaction fails: no use building more
+		}
 
 		bopts := buildTableOptions(s.kv)
 		// Set TableSize to the target file size for that level.
@@ -914,12 +937,7 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 		}
 		go func(builder *table.Builder, fileID uint64) {
 			var err error
-			// A closure, so that Done gets the error CreateTable returns:
-			// deferred directly, its argument was the nil of this line, a
-			// table that could not be written (a full disk) was left out
-			// of the compaction's output unnoticed, and the compaction
-			// then deleted its input tables, losing the keys in it.
-			defer func() { inflightBuilders.Done(err) }()
+			defer inflightBuilders.Done(nil)
 			defer builder.Close()
 
 			var tbl *table.Table
@@ -930,8 +948,16 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 				tbl, err = table.CreateTable(fname, builder)
 			}
 
-			// If we couldn't build the table, return fast.
+			// If we couldn't build the table, return fast. The error
+			// fails the compaction (compactBuildTables): the table is
+			// missing from its output, whose inputs must stay. It went
+			// nowhere before (Done was deferred with this function's
+			// first, nil err, and an error in the throttle is taken by
+			// the next Do, which only stops the split), so a table a full
+			// disk could not give was left out unnoticed, the compaction
+			// deleted its inputs, and the keys in it were lost.
 			if err != nil {
+				failed.set(err)
 				return
 			}
 			res <- tbl
@@ -1003,6 +1029,7 @@ func (s *levelsController) compactBuildTables(
 	// slot holds a builder's buffers (2 x the table size), so the
 	// throttle bounds the memory a compaction holds.
 	inflightBuilders := y.NewThrottle(2 + len(cd.splits))
+	var failed tableErr
 	var err error
 	for _, kr := range cd.splits {
 		// Initiate Do here so we can register the goroutines for buildTables too.
@@ -1015,12 +1042,15 @@ func (s *levelsController) compactBuildTables(
 			defer inflightBuilders.Done(nil)
 			it := table.NewMergeIterator(newIterator(), false)
 			defer it.Close()
-			s.subcompact(it, kr, cd, inflightBuilders, res)
+			s.subcompact(it, kr, cd, inflightBuilders, res, &failed)
 		}(kr)
 	}
 
 	// Wait for all table builders to finish and also for newTables accumulator to finish.
 	if ferr := inflightBuilders.Finish(); err == nil {
+		err = ferr
+	}
+	if ferr := failed.get(); err == nil {
 		err = ferr
 	}
 	close(res)
