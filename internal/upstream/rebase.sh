@@ -36,7 +36,7 @@ carry_bin=""
 carry() {
   if [ -z "$carry_bin" ]; then
     carry_bin="$work/carry"
-    (cd "$root" && GOFLAGS= go build -o "$carry_bin" ./internal/upstream/carry)
+    (cd "$root" && GOFLAGS=-buildvcs=false go build -o "$carry_bin" ./internal/upstream/carry)
   fi
   "$carry_bin" "$@"
 }
