@@ -68,8 +68,7 @@ func acquireDirectoryLock(dirPath string, pidFileName string, readOnly bool) (
 		lock.count++
 	} else {
 		// This is the first acquirer, set up a lock file and register it.
-		// idem: 0600, as every file of the store (upstream: 0666).
-		f, err := os.OpenFile(absPidFilePath, os.O_RDWR|os.O_CREATE, 0600)
+		f, err := os.OpenFile(absPidFilePath, os.O_RDWR|os.O_CREATE, 0666)
 		if err != nil {
 			return nil, y.Wrapf(err, "cannot create/open pid file %q", absPidFilePath)
 		}

@@ -58,8 +58,7 @@ func acquireDirectoryLock(dirPath string, pidFileName string, readOnly bool) (
 	} else if !os.IsNotExist(err) {
 		return nil, err
 	}
-	// idem: 0600, as every file of the store (upstream: 0666).
-	f, err := os.OpenFile(absPidFilePath, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0600|os.ModeExclusive)
+	f, err := os.OpenFile(absPidFilePath, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0666|os.ModeExclusive)
 	if err != nil {
 		if isLocked(err) {
 			return nil, y.Wrapf(err,

@@ -60,7 +60,6 @@ func acquireDirectoryLock(dirPath string, pidFileName string, readOnly bool) (
 	if !readOnly {
 		// Yes, we happily overwrite a pre-existing pid file.  We're the
 		// only read-write badger process using this directory.
-		// idem: 0600, as every file of the store (upstream: 0666).
 		err = os.WriteFile(absPidFilePath, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0600)
 		if err != nil {
 			f.Close()
