@@ -573,10 +573,10 @@ func (t *Table) block(idx int, useCache bool) (*Block, error) {
 
 	// Read meta data related to block.
 	readPos := len(blk.data) - 4 // First read checksum length.
-	// idem: the lengths a damaged block holds are checked before they are
-	// used, so that it is an error naming the table, not a slice-bounds
-	// panic (on a compactor's goroutine, or in a read before the checksum
-	// is verified): room for the checksum length and the entry count.
+	// The lengths a damaged block holds are checked before they are used
+	// (the checksum is verified after them), so that it is an error naming
+	// the table, not a slice-bounds panic: room for the checksum length and
+	// the entry count.
 	if readPos < 4 {
 		return nil, fmt.Errorf("block at offset %d of table %s: %d bytes, too short",
 			blk.offset, t.Filename(), len(blk.data))
@@ -585,7 +585,7 @@ func (t *Table) block(idx int, useCache bool) (*Block, error) {
 
 	// Checksum length greater than block size could happen if the table was compressed and
 	// it was opened with an incorrect compression algorithm (or the data was corrupted).
-	// idem: and room for the entry count before the checksum.
+	// And room for the entry count before the checksum.
 	if blk.chkLen > readPos-4 {
 		return nil, fmt.Errorf("block at offset %d of table %s: invalid checksum length. Either the data is "+
 			"corrupted or the table options are incorrectly set", blk.offset, t.Filename())
@@ -597,7 +597,7 @@ func (t *Table) block(idx int, useCache bool) (*Block, error) {
 	// Move back and read numEntries in the block.
 	readPos -= 4
 	numEntries := int(y.BytesToU32(blk.data[readPos : readPos+4]))
-	// idem: the entry offsets must fit before the entry count.
+	// The entry offsets must fit before the entry count.
 	if numEntries > readPos/4 {
 		return nil, fmt.Errorf("block at offset %d of table %s: invalid entry count %d (corrupted)",
 			blk.offset, t.Filename(), numEntries)
@@ -721,8 +721,7 @@ func (t *Table) VerifyChecksum() error {
 	for i := 0; i < ti.OffsetsLength(); i++ {
 		b, err := t.block(i, true)
 		if err != nil {
-			// idem: b is nil here; the block's offset comes from the
-			// index (upstream read b.offset: a nil dereference).
+			// b is nil here: the block's offset comes from the index.
 			var ko fb.BlockOffset
 			ti.Offsets(&ko, i)
 			return y.Wrapf(err, "checksum validation failed for table: %s, block: %d, offset:%d",
