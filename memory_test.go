@@ -108,7 +108,7 @@ func TestMemoryBudget_OpenBadgerTakesItsOwn(t *testing.T) {
 
 // The Badger idem builds with is its own copy, internal/badger:
 // its table builder ends a compressed table once the uncompressed blocks
-// pass twice the table's capacity (PATCHES.md, hunk 3). Released Badger
+// pass twice the table's capacity (PATCHES.md, hunk 2). Released Badger
 // counts only the compressed bytes, so a table of data that compresses
 // well grows far past its size in memory, and the test would fail.
 func TestMemoryBudget_PatchedBadgerBoundsItsBuilders(t *testing.T) {
