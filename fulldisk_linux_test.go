@@ -282,6 +282,12 @@ func fullDiskStart(t *testing.T, mode, dir, acks, out string, after time.Duratio
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			t.Fatalf("the %s child died of %v:\n%s", mode, ws.Signal(), tailBytes(stderr.Bytes(), 80))
 		}
+		// Go turns a SIGBUS in Go code (a write through a mapping into
+		// a block the disk could not give) into a fatal error, exit 2.
+		if i := bytes.Index(stderr.Bytes(), []byte("signal SIG")); i >= 0 {
+			at := max(0, bytes.LastIndex(stderr.Bytes()[:i], []byte("\n"))-200)
+			t.Fatalf("the %s child died of a signal (%v):\n%s", mode, err, headBytes(stderr.Bytes()[at:], 40))
+		}
 	}
 	require.NoError(t, err, "the %s child:\n%s", mode, tailBytes(stderr.Bytes(), 80))
 	b, err := os.ReadFile(out)
@@ -289,6 +295,11 @@ func fullDiskStart(t *testing.T, mode, dir, acks, out string, after time.Duratio
 	var r fullDiskReport
 	require.NoError(t, json.Unmarshal(b, &r))
 	return r
+}
+
+func headBytes(b []byte, n int) string {
+	lines := strings.Split(string(b), "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 func tailBytes(b []byte, n int) string {
