@@ -115,6 +115,15 @@ func tableBitFlips(t *testing.T, o idem.BadgerOptions) {
 		require.NotContains(t, err.Error(), "nil pointer", when)
 	}
 	offs := tableFlipOffsets(t, raw)
+	if raceEnabled {
+		// Each flip is a few opens on one goroutine, 5x slower under the
+		// race detector: every 5th still reaches every part of the table.
+		var some []int64
+		for i := 0; i < len(offs); i += 5 {
+			some = append(some, offs[i])
+		}
+		offs = some
+	}
 	var harmless atomic.Int32
 	for i, off := range offs {
 		bit := byte(1) << (i % 8)
