@@ -73,8 +73,8 @@ func truncateHalf(t *testing.T, path string) {
 // TestBadger_DamagedCopies damages copies of a real store, file by file:
 // each open either fails (ErrCorrupt, never a panic or a signal) or
 // replays every acknowledged key with its own body, running no effect.
-// Bit flips inside table blocks and value logs need record checksums
-// (issue 17 item 3) and are not among them yet.
+// Bit flips inside table blocks are TestBadger_TableBitFlips's; inside a
+// record, TestBadger_CorruptRecord's.
 func TestBadger_DamagedCopies(t *testing.T) {
 	const n = 300
 	src := faultStore(t, n)
