@@ -476,7 +476,7 @@ func TestDefaultServeMux_DebugVars(t *testing.T) {
 	w := httptest.NewRecorder()
 	http.DefaultServeMux.ServeHTTP(w, req)
 	body := w.Body.String()
-	if w.Code != 200 || !strings.Contains(body, `"cmdline"`) || !strings.Contains(body, `"badger_`) {
+	if w.Code != 200 || !strings.Contains(body, `"cmdline"`) || !strings.Contains(body, `"idem_badger_`) {
 		t.Fatalf("%d %.300s", w.Code, body)
 	}
 }
