@@ -37,7 +37,8 @@
 //	first request for (scope, key)            the handler runs; its response is recorded
 //	repeat, first one done                    the saved response, Idempotent-Replayed: true
 //	repeat, first one still running          409 in-progress, Retry-After (or wait: Options.Wait)
-//	repeat with another method, route, body   422 mismatch; the handler does not run
+//	repeat with another method, route, media  422 mismatch; the handler does not run
+//	type or body
 //	earlier attempt's outcome unknown         Options.UnknownStatus (503) outcome-unknown
 //	store unavailable or closed               503 unavailable, Retry-After; the handler does not run
 //	handler ran, outcome recorded late        the handler's response (its claim was recovered
@@ -66,8 +67,12 @@
 // credentials does not: bearer tokens rotate, and a retry sent after a
 // token refresh would land in a new scope and run the effect again. The fingerprint
 // is idem's canonical digest of the method, the route (Options.Route: the
-// path and sorted query by default) and the body: JSON bodies compare by
-// meaning, other bodies byte for byte.
+// path and sorted query by default), the media type of the Content-Type
+// header with the parameters that change what the body means (a multipart
+// boundary, a charset other than UTF-8 for a non-JSON type) and the body:
+// JSON bodies compare by meaning, other bodies byte for byte. The same
+// bytes sent without a Content-Type, or as text/plain where the first
+// request said application/json, are another request (422).
 //
 // The handler's response is recorded, and the store's idem.Policy decides
 // what happens to it: by default 5xx and panics release the claim (a retry
@@ -120,9 +125,13 @@
 //   - Headers set after WriteHeader reach the first caller while the
 //     response is still held back (net/http would ignore them), and
 //     trailers reach only the first caller: neither is saved.
-//   - A handler that hijacks the connection, or writes through the writer
-//     that http.ResponseController unwraps to, bypasses the recorder: what it
-//     sends is neither kept nor replayed.
+//   - A handler that hijacks the connection (as one that aborts a response
+//     does), or writes through the writer that http.ResponseController
+//     unwraps to, bypasses the recorder: what it sends is not kept. The
+//     request is recorded as "ran, response not kept", as a response over
+//     MaxResponseBytes is, and a repeat gets ProblemResponseNotKept (status
+//     500, since no status of the first run is known), never a second run
+//     and never a status no one wrote.
 //   - Options.Route defaults to the concrete path. A route pattern (chi's
 //     or r.Pattern) leaves out path parameters: use it only when they are
 //     also in the body, or a key reused on /orders/1 and /orders/2 would

@@ -425,7 +425,7 @@ func (m *middleware) ran(w http.ResponseWriter, r *http.Request, key string, rec
 	if errors.Is(err, idem.ErrRanTwice) {
 		p, retryAfter = ranTwice(key), time.Second
 	}
-	if rec.streaming {
+	if rec.streaming || rec.uncaptured {
 		if m.onError != nil {
 			m.onError(r, err, &p)
 		}
@@ -450,10 +450,17 @@ func (m *middleware) replay(w http.ResponseWriter, key string, res idem.Result) 
 	h.Set(HeaderReplayed, "true")
 	status := res.Status
 	switch {
+	case res.Truncated && status == 0:
+		// The handler hijacked the connection or wrote around the
+		// recorder: no one knows what the first caller got, so no status
+		// of its is claimed.
+		writeProblem(w, Problem{Type: ProblemResponseNotKept, Title: "Request ran; response not kept",
+			Status: http.StatusInternalServerError, Key: key,
+			Detail: fmt.Sprintf("the request with key %q ran once, but its handler took over the connection or wrote "+
+				"around the idempotency middleware, so its response was not captured; it will not run again for "+
+				"this key", key)}, 0)
+		return
 	case res.Truncated:
-		if status == 0 {
-			status = http.StatusOK
-		}
 		writeProblem(w, Problem{Type: ProblemResponseNotKept, Title: "Request ran; response not kept", Status: status, Key: key,
 			Detail: fmt.Sprintf("the request with key %q ran once and answered %d, but its response was larger than the "+
 				"%d bytes kept for replay; it will not run again for this key", key, status, m.maxResponse)}, 0)
@@ -501,7 +508,8 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 	case errors.As(err, &mismatch):
 		writeProblem(w, Problem{Type: ProblemMismatch, Title: "Idempotency-Key reused with a different request",
 			Status: http.StatusUnprocessableEntity, Key: key,
-			Detail: fmt.Sprintf("key %q was first used with a different method, route or body; it names that one "+
+			Detail: fmt.Sprintf("key %q was first used with a different method, route, media type (Content-Type, "+
+				"with the parameters that change the body's meaning) or body; it names that one "+
 				"intended effect and was not run again: send the original request, or a new key for a new effect", key)}, 0)
 	case errors.As(err, &unknown):
 		var ra time.Duration

@@ -30,8 +30,10 @@ const (
 	// ProblemInProgress: an earlier request with the key is still running.
 	// Status 409, with Retry-After.
 	ProblemInProgress = "https://idemkit.dev/problems/in-progress"
-	// ProblemMismatch: the key was first used with a different request
-	// (method, route or body). Status 422.
+	// ProblemMismatch: the key was first used with a different request:
+	// another method, route, media type (Content-Type, with the parameters
+	// that change what the body means: a multipart boundary, a non-UTF-8
+	// charset) or body. Status 422.
 	ProblemMismatch = "https://idemkit.dev/problems/mismatch"
 	// ProblemUnavailable: the idempotency store could not be read or
 	// written; the handler did not run. Status 503, with Retry-After.
@@ -58,8 +60,12 @@ const (
 	// error.
 	ProblemRanTwice = "https://idemkit.dev/problems/ran-twice"
 	// ProblemResponseNotKept: the request ran once, but its response was
-	// larger than Options.MaxResponseBytes and was not saved. The status is
-	// the one the first run answered; the header Idempotent-Replayed is set.
+	// not saved: it was larger than Options.MaxResponseBytes, and the status
+	// is the one the first run answered; or the middleware could not
+	// capture it (the handler hijacked the connection or wrote around the
+	// recorder), and the status is 500, since no status of the first run is
+	// known. The header Idempotent-Replayed is set; the handler does not run
+	// again.
 	ProblemResponseNotKept = "https://idemkit.dev/problems/response-not-kept"
 	// ProblemSavedError: the request ran once and failed with an error that
 	// the store's policy (or a Resolver) saved without an HTTP status.

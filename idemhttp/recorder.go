@@ -1,7 +1,9 @@
 package idemhttp
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/idemkit/idem"
@@ -30,11 +32,17 @@ type recorder struct {
 	truncated bool        // the body outgrew max: no copy is kept
 	streaming bool        // the status went out; writes go through
 	werr      error       // the first error writing to w (a client gone)
+	// uncaptured is set when the response left by a way the recorder does
+	// not see: the handler hijacked the connection, or wrote to the writer
+	// that Unwrap returns. What the client got is then unknown, and the
+	// result records only that the request ran.
+	uncaptured bool
 }
 
 var (
 	_ http.Flusher                    = (*recorder)(nil)
 	_ interface{ FlushError() error } = (*recorder)(nil)
+	_ http.Hijacker                   = (*recorder)(nil)
 )
 
 func newRecorder(w http.ResponseWriter, max int) *recorder {
@@ -113,14 +121,53 @@ func (rw *recorder) FlushError() error {
 	return http.NewResponseController(rw.w).Flush()
 }
 
-// Unwrap lets http.ResponseController reach the real writer for deadlines.
-// A handler that hijacks the connection through it bypasses the recorder:
-// what it sends is neither kept nor replayed.
-func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
+// Hijack hands the connection to the handler, if the real writer can, and
+// marks the response as not captured: what the handler sends on the
+// connection is neither kept nor replayed, and the recorder sends nothing
+// more.
+func (rw *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(rw.w).Hijack()
+	if err == nil {
+		rw.uncaptured = true
+	}
+	return conn, brw, err
+}
 
-// commit sends the status and the buffered body, once.
+// Unwrap lets http.ResponseController reach the real writer for deadlines.
+// It returns the real writer wrapped so that a handler writing through it,
+// around the recorder, marks the response as not captured.
+func (rw *recorder) Unwrap() http.ResponseWriter { return around{rw} }
+
+// around is the writer Unwrap returns: the real writer, whose writes mark
+// the recorder's response as not captured.
+type around struct{ rw *recorder }
+
+func (a around) Header() http.Header { return a.rw.w.Header() }
+
+func (a around) WriteHeader(code int) {
+	a.rw.uncaptured = true
+	a.rw.w.WriteHeader(code)
+}
+
+func (a around) Write(p []byte) (int, error) {
+	a.rw.uncaptured = true
+	return a.rw.w.Write(p)
+}
+
+// Hijack is the recorder's: the connection is marked as taken over.
+func (a around) Hijack() (net.Conn, *bufio.ReadWriter, error) { return a.rw.Hijack() }
+
+// Unwrap reaches the real writer for deadlines and full duplex.
+func (a around) Unwrap() http.ResponseWriter { return a.rw.w }
+
+// commit sends the status and the buffered body, once. After a hijack it
+// sends nothing: the connection is the handler's.
 func (rw *recorder) commit() {
 	if rw.streaming {
+		return
+	}
+	if rw.uncaptured {
+		rw.streaming = true
 		return
 	}
 	if rw.status == 0 {
@@ -146,8 +193,13 @@ func (rw *recorder) write(p []byte) (int, error) {
 
 // result is what the store saves: the status (200 for a handler that wrote
 // nothing), the allow-listed headers as they were when the status was set,
-// and the body unless it was too large.
+// and the body unless it was too large. A response not captured (hijacked,
+// or written around the recorder) is saved as Truncated with no status,
+// headers or body: the request ran, and what the client got is unknown.
 func (rw *recorder) result(keep map[string]bool) idem.Result {
+	if rw.uncaptured {
+		return idem.Result{Truncated: true}
+	}
 	status, snap := rw.status, rw.snap
 	if status == 0 {
 		status, snap = http.StatusOK, rw.w.Header()
