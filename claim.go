@@ -342,8 +342,12 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // is in the Store's Clock: with an injected clock far from the wall clock
 // (a test's), a dial or I/O that takes ctx's deadline as a wall time
 // fails at once. When fn returns, the error policy saves the outcome,
-// releases the claim or holds it. A panic in fn releases the claim and is
-// re-raised.
+// releases the claim or holds it. A panic in fn is an unknown outcome (fn
+// may have acted before it): with a Resolver the claim is held for it, in
+// progress with its lease ended, and the Resolver decides on the next
+// access or sweep whether the effect committed; without one it is
+// released, and a retry runs fn again. Either way the panic is re-raised.
+// (DoCommit always releases: the effect's transaction rolls back.)
 //
 // A replayed result whose first run returned an error saved by the policy
 // comes back with a *SavedError. A replayed result's Header and Body may be
@@ -388,7 +392,9 @@ type Committer interface {
 // policy saves the outcome, the completion is written by commit.Commit
 // instead of the Backend's Complete, so the effect committed exactly when
 // the record is done. Otherwise, and when fn panics, commit.Rollback runs
-// first, then the claim is released or held as in Do.
+// first, then the claim is released or held as in Do; after a panic it is
+// released, with or without a Resolver, since the effect's writes rolled
+// back, and the panic is re-raised.
 func (s *Store) DoCommit(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
 	if commit == nil {
 		return Result{}, false, errors.New("idem: DoCommit with a nil Committer")
@@ -429,11 +435,21 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		if normal {
 			return
 		}
-		// fn panicked or called runtime.Goexit: release, then re-raise.
+		// fn panicked or called runtime.Goexit. A panic is an unknown
+		// outcome: the effect may have acted before it. With a Resolver,
+		// and no transaction that rolls the effect back, the claim is held
+		// for it; otherwise it is released. Either way the panic is
+		// re-raised.
 		p := recover()
 		finish()
 		rollback()
-		_ = c.Release(context.WithoutCancel(ctx), "panic")
+		endCtx := context.WithoutCancel(ctx)
+		if p != nil && commit == nil && s.o.Resolver != nil {
+			s.notePanic(c)
+			_ = c.end(endCtx, DecisionHold, Result{}, "panic", nil)
+		} else {
+			_ = c.Release(endCtx, "panic")
+		}
 		if p != nil {
 			panic(p)
 		}

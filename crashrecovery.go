@@ -153,15 +153,22 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 	switch res.Verdict {
 	case VerdictCommitted:
 		comp := completion(res.Result, now, expiresAt(now, retention), VerdictCommitted.String())
+		if s.panics.take(rec) {
+			comp.Ending.Reason = panicNote
+		}
 		err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
 		if err == nil && len(res.Result.Body) <= hotMaxBody {
 			s.keep(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
 				ExpiresAt: comp.ExpiresAt, Result: res.Result.clone()})
 		}
 	case VerdictNotCommitted:
+		why := "recovered: not committed"
+		if s.panics.take(rec) {
+			why += " after a " + panicNote
+		}
 		err = s.call(func() error {
 			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token,
-				releasing(now, expiresAt(now, retention), "recovered: not committed"))
+				releasing(now, expiresAt(now, retention), why))
 		})
 	default:
 		return s.deferCheck(ctx, rec, now)

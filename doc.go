@@ -54,7 +54,12 @@
 // answered. Do extends the lease while the effect runs, so only a dead or
 // hung holder lets it end. The error Policy decides per outcome whether to
 // save it (DecisionSave), release the claim (DecisionRelease) or hold it
-// for recovery (DecisionHold); a panic releases and is re-raised. Done records replay for the retention period, decided by
+// for recovery (DecisionHold). A panic in the effect is an unknown outcome
+// (it may have acted first): with a Resolver the claim is held for it, and
+// the Resolver decides on the next access or sweep whether it committed;
+// without one, or in a transactional effect (DoCommit, pgstore.DoTx),
+// which rolls back, the claim is released; either way the panic is
+// re-raised. Done records replay for the retention period, decided by
 // the store's Clock, then expire; Sweep reclaims them in bounded batches.
 // On Open, every claim an earlier process left is orphaned at once and
 // resolved through the Resolver. Every transition is reported to the

@@ -5,8 +5,8 @@ type Decision uint8
 
 const (
 	// DecisionRelease ends the claim without saving: the next request with the key
-	// runs the effect again. The default for returned errors, panics and
-	// statuses of 500 and above.
+	// runs the effect again. The default for returned errors and statuses
+	// of 500 and above, and for panics when the Store has no Resolver.
 	DecisionRelease Decision = iota
 	// DecisionSave stores the outcome as the key's result; every repeat replays it,
 	// errors included (as Stripe replays a saved 500).
@@ -30,7 +30,9 @@ func (d Decision) String() string {
 }
 
 // Policy decides, for each outcome of an effect run by Store.Do, whether
-// to save it, release the claim or hold it. A panic always releases.
+// to save it, release the claim or hold it. A panic does not reach the
+// Policy: it is an unknown outcome, held for the Resolver when the Store
+// has one and released otherwise (see Store.Do).
 type Policy func(res Result, err error) Decision
 
 // DefaultPolicy releases on a returned error or a Status of 500 or more,

@@ -233,6 +233,9 @@ type Store struct {
 	rules map[string]recoveryRule
 	// flights holds the resolutions of stale claims in progress (flight.go).
 	flights flights
+	// panics names the claims this Store held after their effect panicked,
+	// for the story recovery writes (panic.go).
+	panics panicNotes
 }
 
 // errDurability is returned by Open when Options.Durability and

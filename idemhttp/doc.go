@@ -75,10 +75,16 @@
 // request said application/json, are another request (422).
 //
 // The handler's response is recorded, and the store's idem.Policy decides
-// what happens to it: by default 5xx and panics release the claim (a retry
-// runs again) and everything else is saved; StatusPolicy also releases
-// 408, 425 and 429. A panic in the handler releases the claim and is
-// re-raised for net/http (http.ErrAbortHandler included). While the
+// what happens to it: by default 5xx release the claim (a retry runs
+// again) and everything else is saved; StatusPolicy also releases 408, 425
+// and 429. A panic in the handler (http.ErrAbortHandler included) is an
+// unknown outcome, since the handler may have acted before it: when the
+// store has a Resolver the claim is held for it (in progress, its lease
+// ended), and the Resolver decides on the next request with the key or
+// the next sweep whether the effect committed, which is what a repeat
+// gets; without one the claim is released and a retry runs the handler
+// again. Either way the panic is re-raised, so net/http aborts the
+// response. While the
 // handler runs, its claim's lease is extended every Lease/3, and the
 // request context is cancelled if the claim is lost to recovery.
 //

@@ -160,7 +160,8 @@ type middleware struct {
 // UnknownStatus outside 400 to 599); it never panics per request.
 //
 // The store's options are in force: its Policy decides whether a response
-// is saved, released (5xx and panics by default) or held, its Clock times
+// is saved, released (5xx by default) or held, a panic is held for its
+// Resolver (released without one) and re-raised, its Clock times
 // leases and waits, and its Lease is extended while the handler runs.
 func Middleware(store *idem.Store, opts *Options) func(http.Handler) http.Handler {
 	m := newMiddleware(store, opts)
@@ -375,7 +376,8 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		var rec *recorder
 		res, replayed, err := m.store.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
 			// Do extends the lease while this runs and cancels ctx if the
-			// claim is lost; a panic releases the claim and is re-raised.
+			// claim is lost; a panic holds the claim for the store's
+			// Resolver (releases it without one) and is re-raised.
 			rec = newRecorder(w, m.maxResponse)
 			next.ServeHTTP(rec, r.WithContext(ctx))
 			return rec.result(m.keep), nil

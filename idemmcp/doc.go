@@ -68,8 +68,11 @@
 // The store's idem.Policy decides what is kept: under idem.DefaultPolicy a
 // tool error (isError) is released, so a retry runs the tool again, and a
 // successful answer is saved; ToolErrorPolicy saves tool errors too.
-// Protocol errors are released under both. A panic in the tool releases
-// the claim and is re-raised, as under idem.Store.Do. While the tool runs,
+// Protocol errors are released under both. A panic in the tool is an
+// unknown outcome, as under idem.Store.Do: with a Resolver the claim is
+// held for it (a repeat gets outcome_unknown until it decides, then its
+// result), without one the claim is released and a retry runs the tool
+// again; either way the panic is re-raised. While the tool runs,
 // its claim's lease is extended, and its context is cancelled if the
 // claim is lost to recovery; idem.ClaimFromContext gives the tool the
 // claim's scope, key and fencing token, for a downstream record such as a
@@ -101,7 +104,8 @@
 //     TopLevelKeysHTTP; without them such a call counts as keyless.
 //   - A tool that panics takes the server down, as it would without
 //     idemmcp (the SDK does not recover panics), unless a middleware
-//     outside the guard recovers; its claim is released first either way.
+//     outside the guard recovers; its claim is held for the Resolver (or
+//     released without one) first either way.
 //   - Retention is the store's (or Options.Retention): a retry after the
 //     record expired runs the tool again.
 package idemmcp

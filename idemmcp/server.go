@@ -180,8 +180,8 @@ func writeTool(t *mcp.Tool) bool {
 }
 
 // protect runs one call of a write tool under the contract; next runs the
-// tool. It never panics itself; a panic in next releases the claim and is
-// re-raised.
+// tool. It never panics itself; a panic in next holds the claim for the
+// store's Resolver (releases it without one) and is re-raised.
 func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolRequest,
 	next func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
 	if ctx.Value(protectedKey{}) != nil {

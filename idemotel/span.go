@@ -106,7 +106,8 @@ func (t *Telemetry) Do(ctx context.Context, s *idem.Store, req idem.Request,
 	finished := false
 	defer func() {
 		if !finished {
-			// fn panicked: Do released the claim and re-raises.
+			// fn panicked: Do held the claim for the Resolver (or
+			// released it without one) and re-raises.
 			r.panicked = true
 			annotate(span, t.unwatch(w), r)
 		}

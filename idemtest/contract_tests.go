@@ -379,6 +379,8 @@ func testPolicyHold(t *testing.T, nb NewBackend) {
 	require.Equal(t, 1, res.n())
 }
 
+// Without a Resolver nobody could later say whether a panicking effect
+// acted, so its claim is released and a retry runs the effect again.
 func testPolicyPanic(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
@@ -393,6 +395,76 @@ func testPolicyPanic(t *testing.T, nb NewBackend) {
 	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return okResult("ok"), nil })
 	require.NoError(t, err)
 	require.False(t, replayed)
+}
+
+// A panic after the effect may have acted is an unknown outcome: with a
+// Resolver the claim is held for it, the panic re-raised, and the
+// Resolver's decision is what the next request gets; the story says
+// "panic".
+func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
+	var acted []string // the effects that ran, by key
+	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
+		if rec.Key == "committed" {
+			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: okResult("from-downstream")}, nil
+		}
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
+	})
+	var asked atomic.Int32
+	e := newEnv(t, nb, withResolver(idem.ResolverFunc(func(ctx context.Context, rec *idem.Record) (idem.Resolution, error) {
+		asked.Add(1)
+		return resolver(ctx, rec)
+	})))
+	panicking := func(ctx context.Context) (idem.Result, error) {
+		c, _ := idem.ClaimFromContext(ctx)
+		acted = append(acted, c.Key())
+		panic("kaboom")
+	}
+	for _, key := range []string{"committed", "not-committed"} {
+		func() {
+			defer func() {
+				require.Equal(t, "kaboom", recover(), "the panic must be re-raised unchanged")
+			}()
+			_, _, _ = e.store.Do(ctx, req(key, "fp"), panicking)
+		}()
+		rec := e.get(req(key, "fp"))
+		require.Equal(t, idem.StateInProgress, rec.State, "a panic with a Resolver holds the claim")
+		require.True(t, rec.Stale(e.clk.Now()), "a held claim goes to recovery at once")
+	}
+	require.Equal(t, 2, e.events.countReason(idem.EventHeld, "panic"))
+	require.Equal(t, int32(0), asked.Load(), "the Resolver is asked on the next access or sweep, not before")
+
+	// On access: the Resolver says committed, and its result is replayed.
+	r := req("committed", "fp")
+	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+		t.Fatal("a claim held after a panic must not run again before recovery")
+		return idem.Result{}, nil
+	})
+	require.NoError(t, err)
+	require.True(t, replayed)
+	require.Equal(t, "from-downstream", string(out.Body))
+	require.Equal(t, int32(1), asked.Load())
+	rec := e.get(r)
+	require.Equal(t, idem.StateDone, rec.State)
+	require.Len(t, rec.Attempts, 1)
+	require.Equal(t, "recovered: committed", rec.Attempts[0].Outcome)
+	require.Equal(t, "panic", rec.Attempts[0].Reason, "the story says the attempt panicked")
+
+	// In a sweep: the Resolver says not committed; the claim is released
+	// and the next request runs the effect.
+	rep, err := e.store.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.NotCommitted)
+	require.Equal(t, int32(2), asked.Load())
+	r = req("not-committed", "fp")
+	rec = e.get(r)
+	require.Equal(t, idem.StateReleased, rec.State)
+	require.Len(t, rec.Attempts, 1)
+	require.Contains(t, rec.Attempts[0].Reason, "panic")
+	out, replayed, err = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return okResult("second"), nil })
+	require.NoError(t, err)
+	require.False(t, replayed)
+	require.Equal(t, "second", string(out.Body))
+	require.Equal(t, []string{"committed", "not-committed"}, acted, "each panicking effect ran once")
 }
 
 func testRetentionOverride(t *testing.T, nb NewBackend) {

@@ -15,7 +15,8 @@
 //	}
 //
 // The suite covers every row of the contract table in the design, fencing,
-// leases and heartbeats, the error policy, retention with an injected clock
+// leases and heartbeats, the error policy (a panic included, with and
+// without a Resolver), retention with an injected clock
 // (it never sleeps), recovery with each resolver answer, scope isolation,
 // invalid input, and races of 64 goroutines on one key.
 package idemtest
@@ -87,6 +88,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Policy_SaveReplaysError", testPolicySave},
 		{"Policy_HoldGoesToRecovery", testPolicyHold},
 		{"Policy_PanicReleasesAndReraises", testPolicyPanic},
+		{"Policy_PanicHeldForResolver", testPolicyPanicHeld},
 		{"Retention_Override", testRetentionOverride},
 		{"Retention_SweepReclaims", testRetentionSweep},
 		{"Recovery_Committed", testRecoveryCommitted},

@@ -44,7 +44,9 @@ var _ idem.Transactor = (*Backend)(nil)
 // one (pgx.Batch.BeginTx), and the completion sent with the COMMIT.
 //
 // When the policy releases or holds the claim, or fn panics, the
-// transaction is rolled back first. fn must not commit or roll back tx
+// transaction is rolled back first. After a panic the claim is released,
+// with or without a Resolver (the effect did not commit), and the panic is
+// re-raised. fn must not commit or roll back tx
 // itself: tx's Commit and Rollback return ErrTxOwned and leave the
 // transaction to DoTx. The transaction holds one pooled connection for fn's
 // duration while the heartbeat needs another: size the pool for that. If

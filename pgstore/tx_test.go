@@ -198,21 +198,35 @@ func TestDoTx_ReleaseRollsBackEffect(t *testing.T) {
 	require.Equal(t, []string{"ok"}, f.rows(t, "r"))
 }
 
+// A panic rolls the effect's transaction back, so the claim is released
+// even when the Store has a Resolver (which Do would hold it for): the
+// effect did not commit, and a retry runs it.
 func TestDoTx_PanicRollsBackAndReleases(t *testing.T) {
-	f := newTxFixture(t)
-	s := f.store(t, nil)
-	func() {
-		defer func() { require.Equal(t, "bug", recover()) }()
-		_, _, _ = pgstore.DoTx(ctx, s, req("p"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
-			require.NoError(t, f.insert(ctx, tx, "p", "panicked"))
-			panic("bug")
+	for _, withResolver := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resolver=%t", withResolver), func(t *testing.T) {
+			f := newTxFixture(t)
+			var opts *idem.Options
+			if withResolver {
+				opts = &idem.Options{Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
+					t.Error("the Resolver was asked about a transactional effect")
+					return idem.Resolution{}, nil
+				})}
+			}
+			s := f.store(t, opts)
+			func() {
+				defer func() { require.Equal(t, "bug", recover()) }()
+				_, _, _ = pgstore.DoTx(ctx, s, req("p"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+					require.NoError(t, f.insert(ctx, tx, "p", "panicked"))
+					panic("bug")
+				})
+			}()
+			require.Empty(t, f.rows(t, "p"))
+			rec, err := s.Get(ctx, "", "p")
+			require.NoError(t, err)
+			require.Equal(t, idem.StateReleased, rec.State)
+			require.Equal(t, "panic", rec.Attempts[len(rec.Attempts)-1].Reason)
 		})
-	}()
-	require.Empty(t, f.rows(t, "p"))
-	rec, err := s.Get(ctx, "", "p")
-	require.NoError(t, err)
-	require.Equal(t, idem.StateReleased, rec.State)
-	require.Equal(t, "panic", rec.Attempts[len(rec.Attempts)-1].Reason)
+	}
 }
 
 // A hold rolls the effect back too; recovery then releases the claim
