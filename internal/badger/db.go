@@ -441,10 +441,10 @@ func (db *DB) MaxVersion() uint64 {
 	db.lock.Lock()
 	// In read only mode, we do not create new mem table.
 	if !db.opt.ReadOnly {
-		update(db.mt.maxVersion)
+		update(db.mt.maxVersion.Load())
 	}
 	for _, mt := range db.imm {
-		update(mt.maxVersion)
+		update(mt.maxVersion.Load())
 	}
 	db.lock.Unlock()
 	for _, ti := range db.Tables() {

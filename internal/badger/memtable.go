@@ -33,9 +33,12 @@ import (
 // its pre-crash form.
 type memTable struct {
 	// TODO: Give skiplist z.Calloc'd []byte.
-	sl         *skl.Skiplist
-	wal        *logFile
-	maxVersion uint64
+	sl  *skl.Skiplist
+	wal *logFile
+	// maxVersion is written by the writer of the memtable (Put, replay)
+	// and read by DB.MaxVersion from other goroutines (value-log GC):
+	// atomic, so that the read races with no write.
+	maxVersion atomic.Uint64
 	opt        Options
 	buf        *bytes.Buffer
 }
@@ -191,8 +194,8 @@ func (mt *memTable) Put(key []byte, value y.ValueStruct) error {
 
 	// Write to skiplist and update maxVersion encountered.
 	mt.sl.Put(key, value)
-	if ts := y.ParseTs(entry.Key); ts > mt.maxVersion {
-		mt.maxVersion = ts
+	if ts := y.ParseTs(entry.Key); ts > mt.maxVersion.Load() {
+		mt.maxVersion.Store(ts)
 	}
 	y.NumBytesWrittenToL0Add(mt.opt.MetricsEnabled, entry.estimateSizeAndSetThreshold(mt.opt.ValueThreshold))
 	return nil
@@ -229,8 +232,8 @@ func (mt *memTable) replayFunction(opt Options) func(Entry, valuePointer) error 
 			opt.Debugf("First key=%q\n", e.Key)
 		}
 		first = false
-		if ts := y.ParseTs(e.Key); ts > mt.maxVersion {
-			mt.maxVersion = ts
+		if ts := y.ParseTs(e.Key); ts > mt.maxVersion.Load() {
+			mt.maxVersion.Store(ts)
 		}
 		v := y.ValueStruct{
 			Value:     e.Value,
