@@ -11,7 +11,7 @@ import (
 // Late completions: a holder paused past its lease (a GC pause, a stopped
 // VM, a partition) finishes its effect after recovery took its claim, so
 // its Complete is fenced. The effect happened; Do then records what it can
-// instead of dropping it (issue 16, item 5):
+// instead of dropping it:
 //
 //   - the record is released (recovery decided "not committed") or absent
 //     (expired and reclaimed): nobody else ran the effect since, so the

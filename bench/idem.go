@@ -30,7 +30,7 @@ func idemContenders() []Contender {
 		},
 		{
 			Name: "idem-budget32", Kind: "idem", Durable: true, SameData: "idem", Portable: true,
-			Config: "idem.Open on Badger, Durability: Durable, Options.MemoryBudget: 32 MiB (issue 15)",
+			Config: "idem.Open on Badger, Durability: Durable, Options.MemoryBudget: 32 MiB",
 			Open: func(ctx context.Context, dir string) (Store, error) {
 				return openBadgerIdem(dir, idem.Durable, budgetContenderBytes)
 			},

@@ -10,8 +10,8 @@
 //	cd bench && go run . -quick   # a quick look: 100 ms repetitions, 2,000 and 20,000 retained keys
 //	cd bench && go run .          # full mode, about an hour: longer repetitions, 1,000,000 retained keys and sustained cycles
 //
-// It writes results/report.md (the tables, the targets of issues 5 and
-// 15 judged on this run, the machine), results/results.json (every
+// It writes results/report.md (the tables, the project's targets judged
+// on this run, the machine), results/results.json (every
 // repetition), results/chart.svg and results/sustained.svg.
 //
 // Servers: $IDEM_POSTGRES_URL names a PostgreSQL server; without it the

@@ -82,7 +82,7 @@ func reportMarkdown(r *Results) string {
 	p("%s", remeasuredMarkdown(r))
 	p("![Rates of the main workloads](chart.svg)\n\n")
 
-	p("## Targets (issues 5, 15 and 16)\n\n")
+	p("## Targets\n\n")
 	p("Judged on this run's medians; never asserted in tests.\n\n")
 	p("| target | want | got | verdict | margin |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {

@@ -5,8 +5,8 @@ import (
 	"math"
 )
 
-// judgeTargets compares this run's medians with the targets of issue 5,
-// as issue 15 restated them, and those of issues 15 and 16 for pgstore.
+// judgeTargets compares this run's medians with the project's targets for
+// the embedded store and for pgstore.
 // They are judged here, in the report, and never asserted in tests:
 // wall-clock figures on a shared machine are too noisy to fail a build on.
 func (r *Results) judgeTargets() {
@@ -25,14 +25,13 @@ func (r *Results) judgeTargets() {
 		idem("cycle-32"), best, 2, "cycles/s")
 
 	// … and at least 0.85x idem's Fast mode in the same run: what
-	// durability costs under concurrency (issue 15).
+	// durability costs under concurrency.
 	r.atLeast("cycle-32-fast", "Durable claim+complete, 32 goroutines: ≥ 0.85× idem's Fast mode",
 		idem("cycle-32"), r.find("cycle-32", "idem-fast"), 0.85, "cycles/s")
 
 	// Durable claim+complete at 1 goroutine: at least 0.85x two synced
-	// writes per cycle, the contract's ceiling for a lone caller (issue
-	// 15; it replaces issue 5's 0.5x the fdatasync loop, which is that
-	// ceiling itself).
+	// writes per cycle, the contract's ceiling for a lone caller (rather
+	// than 0.5x the fdatasync loop, which is that ceiling itself).
 	r.atLeast("cycle-1", "Durable claim+complete, 1 goroutine: ≥ 0.85× two synced writes per cycle",
 		idem("cycle-1"), r.find("cycle-1", "twowrites"), 0.85, "cycles/s")
 
@@ -42,7 +41,7 @@ func (r *Results) judgeTargets() {
 		r.atLeast("replay-map", fmt.Sprintf("Replay (%s): ≥ 0.5× the in-memory map", w), idem(w), r.find(w, "map"), 0.5, "replays/s")
 	}
 
-	// pgstore replays at the speed of one query (issue 15): served by the
+	// pgstore replays at the speed of one query: served by the
 	// Store's replay cache, and read from PostgreSQL when the cache has
 	// not seen the key.
 	for _, w := range []string{"replay-1", "replay-32"} {
@@ -54,7 +53,7 @@ func (r *Results) judgeTargets() {
 
 	// An effect in the records' database costs less with DoTx (the effect
 	// and the completion in one transaction) than with Do and a separate
-	// INSERT (issue 16).
+	// INSERT.
 	for _, w := range []string{"txeffect-1", "txeffect-32"} {
 		r.atLeast("txeffect", fmt.Sprintf("Transactional effect (%s): pgstore.DoTx ≥ Do + a separate INSERT", w),
 			r.find(w, txDoTx), r.find(w, txDoInsert), 1, "cycles/s")

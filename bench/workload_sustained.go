@@ -17,7 +17,7 @@ import (
 )
 
 // sustainedGoroutines is the sustained-write workload's concurrency: a
-// few request handlers, as a small tool server has (issue 15).
+// few request handlers, as a small tool server has.
 const sustainedGoroutines = 4
 
 // sustainedResultSize is the size of each cycle's saved result.

@@ -11,7 +11,7 @@ import (
 func txEffectGoroutines() []int { return []int{1, 32} }
 
 // The transactional-effect workload's two ways of running one effect, named
-// as its contenders (issue 16).
+// as its contenders.
 const (
 	txDoTx     = "idem-pg DoTx"
 	txDoInsert = "idem-pg Do+INSERT"

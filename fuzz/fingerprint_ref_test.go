@@ -1,7 +1,7 @@
 package fuzz
 
 // This file is idem's fingerprint implementation as of commit dc9bd2c, before
-// the fast path of issue 5, kept as the reference that FuzzFingerprint
+// the fast path, kept as the reference that FuzzFingerprint
 // compares against: the optimized code must return the same fingerprint, or
 // the same error, for every input. Only names changed (refFingerprinter for
 // Fingerprinter, idem's error sentinels), and the Fingerprint wrapper is
