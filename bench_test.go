@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 // BenchmarkClaimComplete measures one claim plus one completion on a fresh
@@ -38,7 +40,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkClaimComplete_RealisticSizes(b *testing.B) {
 	res := idem.Result{Status: 200,
 		Body: []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)}
-	fp, err := idem.Fingerprint("POST", "/refunds", "application/json", []byte(`{"charge":"ch_1","amount":4200}`))
+	fp, err := idem.Fingerprinter{}.Sum("POST", "/refunds", "application/json", []byte(`{"charge":"ch_1","amount":4200}`))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func BenchmarkReplay_Scattered(b *testing.B) {
 	dir := b.TempDir()
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = idem.EffectKey("bench", strconv.Itoa(i))
+		keys[i] = idem.KeyDeriver{}.Effect("bench", strconv.Itoa(i))
 	}
 	const fp = "idemfp1-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
 	body := []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)
@@ -235,18 +237,18 @@ func BenchmarkReplay_Counting(b *testing.B) {
 			name = "off"
 		}
 		b.Run(name, func(b *testing.B) {
-			bb, err := idem.OpenBadger(b.TempDir(), idem.BadgerOptions{})
+			bb, err := badgerstore.Open(b.TempDir(), badgerstore.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			var backend idem.Backend = bb
+			var kept backend.Backend = bb
 			if !counting {
-				backend = untallied{bb, noTallies{}}
+				kept = untallied{bb, noTallies{}}
 			}
-			if _, ok := backend.(idem.Tallier); ok != counting {
+			if _, ok := kept.(backend.Tallier); ok != counting {
 				b.Fatalf("the backend is a Tallier: %v", ok)
 			}
-			s := idem.New(backend, &idem.Options{SweepInterval: -1})
+			s := idem.New(kept, &idem.Options{SweepInterval: -1})
 			defer s.Close()
 			const keys = 1000
 			for i := range keys {
@@ -270,11 +272,11 @@ func BenchmarkReplay_Counting(b *testing.B) {
 	}
 }
 
-// untallied is a Badger backend that is not an idem.Tallier: the
+// untallied is a Badger backend that is not a backend.Tallier: the
 // AddTallies of its two embedded fields, at one depth, hide each other.
 // Every other method, exported or not, is the backend's.
 type untallied struct {
-	*idem.BadgerBackend
+	*badgerstore.Backend
 	noTallies
 }
 

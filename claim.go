@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
 // Request names one intended effect: the key within its scope, and the
@@ -43,8 +46,8 @@ type Claim struct {
 	retention   time.Duration
 
 	// commit, when set, writes the completion in the effect's own
-	// transaction (DoCommit).
-	commit Committer
+	// transaction (DoTx).
+	commit backend.Committer
 
 	// mu guards leaseEnds and finished.
 	mu        sync.Mutex
@@ -83,9 +86,9 @@ func (c *Claim) LeaseEnds() time.Time {
 // it, never modify it or what its Header and Body hold (copy them first).
 // Handing out the saved result as it is keeps a replay free of copies.
 func (s *Store) Begin(ctx context.Context, req Request) (*Claim, *Result, error) {
-	if reservedScope(req.Scope) {
+	if strings.HasPrefix(req.Scope, backend.ReservedScopePrefix) {
 		// Before the cache, which holds the Journal's records too.
-		return nil, nil, ValidateScope(req.Scope)
+		return nil, nil, backend.ValidateScope(req.Scope)
 	}
 	return s.begin(ctx, req, false)
 }
@@ -116,7 +119,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 		var rec *Record
 		var claimed bool
 		err := s.call(func() (err error) {
-			rec, claimed, err = s.b.Claim(ctx, req.Scope, req.Key, ClaimArgs{
+			rec, claimed, err = s.b.Claim(ctx, req.Scope, req.Key, backend.ClaimArgs{
 				Fingerprint: req.Fingerprint, Now: now, LeaseEnds: now.Add(lease),
 				Retention: retention, Owner: s.owner, Brief: true,
 			})
@@ -285,8 +288,8 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 			comp := completion(res, now, expiresAt(now, c.retention), "")
 			write := s.b.Complete
 			if c.commit != nil {
-				write = func(ctx context.Context, _, _ string, _ uint64, comp Completion) error {
-					return c.commit.Commit(ctx, c, comp)
+				write = func(ctx context.Context, _, _ string, _ uint64, comp backend.Completion) error {
+					return c.commit.Commit(ctx, c.scope, c.key, c.token, comp)
 				}
 			}
 			if err := write(ctx, c.scope, c.key, c.token, comp); err != nil {
@@ -294,7 +297,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 			}
 			if len(res.Body) <= hotMaxBody {
 				// A copy: the caller may reuse what res holds.
-				done = &Record{Fingerprint: c.fingerprint, Token: c.token, ExpiresAt: comp.ExpiresAt, Result: res.clone()}
+				done = &Record{Fingerprint: c.fingerprint, Token: c.token, ExpiresAt: comp.ExpiresAt, Result: res.Clone()}
 			}
 			return nil
 		case DecisionHold:
@@ -372,37 +375,7 @@ func (s *Store) Do(ctx context.Context, req Request, fn func(ctx context.Context
 	return s.do(ctx, req, fn, nil)
 }
 
-// Committer commits an effect's own writes together with its claim's
-// completion, in one transaction of the backend's (see DoCommit).
-type Committer interface {
-	// Commit writes comp to c's record in the effect's transaction,
-	// fenced by c's token, and commits both. On any error neither is
-	// committed (the transaction is rolled back), except when the commit's
-	// answer was lost, which the error then wraps ErrUnavailable for. A
-	// refused fence is an error wrapping ErrFenced.
-	Commit(ctx context.Context, c *Claim, comp Completion) error
-	// Rollback undoes the effect's writes. It is called when the outcome is
-	// not saved (a release, a hold, a panic), before the claim ends, and
-	// may be called after Commit.
-	Rollback(ctx context.Context)
-}
-
-// DoCommit is Do for an effect whose writes commit in one transaction
-// with the record's completion (pgstore.DoTx builds on it): when the error
-// policy saves the outcome, the completion is written by commit.Commit
-// instead of the Backend's Complete, so the effect committed exactly when
-// the record is done. Otherwise, and when fn panics, commit.Rollback runs
-// first, then the claim is released or held as in Do; after a panic it is
-// released, with or without a Resolver, since the effect's writes rolled
-// back, and the panic is re-raised.
-func (s *Store) DoCommit(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
-	if commit == nil {
-		return Result{}, false, errors.New("idem: DoCommit with a nil Committer")
-	}
-	return s.do(ctx, req, fn, commit)
-}
-
-func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit Committer) (res Result, replayed bool, err error) {
+func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context) (Result, error), commit backend.Committer) (res Result, replayed bool, err error) {
 	c, saved, err := s.Begin(ctx, req)
 	if err != nil {
 		return Result{}, false, err

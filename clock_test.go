@@ -12,7 +12,7 @@ import (
 // refresh may replace the reading set here with a fresher one meanwhile,
 // which the same holds for.)
 func TestStore_Replay_LateReading(t *testing.T) {
-	s, err := Open("", &Options{Badger: BadgerOptions{InMemory: true}, SweepInterval: -1})
+	s, err := memStore(&Options{SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

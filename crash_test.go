@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
 )
@@ -774,7 +775,7 @@ func recoverCrash(t *testing.T, st *crashStats, child *crashChild, dir, ledger, 
 	// A restart orphans every open claim at once: no lease to wait for.
 	var orphans []string
 	notHeld := 0
-	err = s.Backend().(idem.Lister).Scan(ctx, func(rec *idem.Record) bool {
+	err = s.Backend().(backend.Lister).Scan(ctx, func(rec *idem.Record) bool {
 		if rec.State == idem.StateInProgress {
 			orphans = append(orphans, rec.Key)
 			if !ev.holds[crashRef{rec.Key, rec.Token}] {
@@ -867,7 +868,7 @@ func recoverCrash(t *testing.T, st *crashStats, child *crashChild, dir, ledger, 
 // marked as needing attention.
 func openClaims(ctx context.Context, s *idem.Store) error {
 	var open []string
-	err := s.Backend().(idem.Lister).Scan(ctx, func(rec *idem.Record) bool {
+	err := s.Backend().(backend.Lister).Scan(ctx, func(rec *idem.Record) bool {
 		if rec.State == idem.StateInProgress || rec.Attention {
 			open = append(open, fmt.Sprintf("%s/%d %s attention=%v", rec.Key, rec.Token, rec.State, rec.Attention))
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
 // Verdict is a Resolver's answer about a stale claim's effect.
@@ -86,7 +88,7 @@ func (s *Store) resolveStale(ctx context.Context, rec *Record, now time.Time) (V
 	if rule, ok := s.rules[rec.Scope]; ok {
 		return s.applyRule(ctx, rule, rec, now)
 	}
-	if t, ok := s.b.(Transactor); ok && t.Transactional(rec) {
+	if t, ok := s.b.(backend.Transactor); ok && t.Transactional(rec) {
 		// The effect's writes commit only with the completion, fenced by
 		// this token: the record is in progress, so they did not commit,
 		// and after the release they never can.
@@ -159,7 +161,7 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 		err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
 		if err == nil && len(res.Result.Body) <= hotMaxBody {
 			s.keep(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
-				ExpiresAt: comp.ExpiresAt, Result: res.Result.clone()})
+				ExpiresAt: comp.ExpiresAt, Result: res.Result.Clone()})
 		}
 	case VerdictNotCommitted:
 		why := "recovered: not committed"
@@ -206,7 +208,7 @@ func (s *Store) deferCheck(ctx context.Context, rec *Record, now time.Time) (Ver
 	if backoff > maxRecheckBackoff || backoff <= 0 {
 		backoff = maxRecheckBackoff
 	}
-	d := Deferral{Checks: checks, NextCheck: now.Add(backoff), Attention: checks >= s.o.MaxUnknown}
+	d := backend.Deferral{Checks: checks, NextCheck: now.Add(backoff), Attention: checks >= s.o.MaxUnknown}
 	err := s.call(func() error { return s.b.Defer(ctx, rec.Scope, rec.Key, rec.Token, d) })
 	switch {
 	case err == nil:

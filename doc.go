@@ -12,7 +12,7 @@
 //
 //	store, err := idem.Open("/var/lib/tool/idem", nil)
 //	...
-//	fp, err := idem.Fingerprint("POST", "/refunds", "application/json", body)
+//	fp, err := idem.Fingerprinter{}.Sum("POST", "/refunds", "application/json", body)
 //	res, replayed, err := store.Do(ctx, idem.Request{Scope: tenant, Key: key, Fingerprint: fp},
 //		func(ctx context.Context) (idem.Result, error) {
 //			return refund(ctx, body) // runs once per key

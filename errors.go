@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
-// Errors returned by Begin and Do when a request cannot run. Each maps to one
-// row of the contract table; idemhttp turns them into HTTP statuses.
+// The errors of idem's calls. Those of Begin and Do come first: each maps
+// to one row of the contract table, and idemhttp turns them into HTTP
+// statuses.
 var (
-	// ErrInvalidKey is returned when a key is empty, longer than MaxKeyLen or
-	// holds a byte outside printable ASCII, or when a scope is malformed.
-	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+	// ErrInvalidKey is returned when a key is empty, longer than 255
+	// bytes or holds a byte outside printable ASCII, or when a scope is
+	// malformed or starts with "idem." (reserved for idem's own records).
+	ErrInvalidKey = backend.ErrInvalidKey
 
 	// ErrInProgress is returned when another claim on the key holds a live
 	// lease. The concrete error is an *InProgressError carrying the lease end.
@@ -33,18 +37,21 @@ var (
 	// wrapped by an *OutcomeUnknownError whose Attention field is true.
 	ErrNeedsAttention = errors.New("idem: claim needs attention")
 
-	// ErrUnclean is returned by a read-only open of a store that the last
-	// process holding it did not close (it crashed or was killed) and that
-	// holds writes only a read-write open applies. Open it for writing
-	// once (a server start, or idem sweep), then read it.
-	ErrUnclean = errors.New("idem: store not closed cleanly")
-
-	// ErrUnavailable is returned when the storage cannot be read or written;
-	// the effect did not run. Backends wrap their own errors with it.
-	ErrUnavailable = errors.New("idem: storage unavailable")
+	// ErrUnavailable is returned when the storage cannot be read or
+	// written; the effect did not run and a retry is safe.
+	ErrUnavailable = backend.ErrUnavailable
 
 	// ErrClosed is returned by every call on a closed or closing Store.
-	ErrClosed = errors.New("idem: store closed")
+	ErrClosed = backend.ErrClosed
+
+	// ErrCorrupt is returned when a stored record cannot be read back: it
+	// is damaged, or written by a newer release. The key is refused, never
+	// run again, until an operator acts (idem verify, idem settle).
+	ErrCorrupt = backend.ErrCorrupt
+
+	// ErrNotFound is returned by Store.Get and Settle for a key with no
+	// record.
+	ErrNotFound = backend.ErrNotFound
 
 	// ErrOutcomeNotRecorded is returned when the effect ran but its outcome
 	// could not be recorded: saving, releasing or holding the claim failed
@@ -62,33 +69,51 @@ var (
 	// marked so (Record.MayHaveRunTwice). It comes with
 	// ErrOutcomeNotRecorded; the concrete error is a *RanTwiceError.
 	ErrRanTwice = errors.New("idem: effect may have run twice")
-)
 
-// Errors returned by Claim.Complete, Claim.Release, Claim.Extend and
-// Claim.Hold.
-var (
+	// Errors returned by Claim.Complete, Claim.Release, Claim.Extend and
+	// Claim.Hold.
+
 	// ErrFenced is returned when the claim's token is no longer the current
 	// one for its key: the claim was recovered, released or taken over, and
 	// the call changed nothing. The concrete error is a *FencedError.
-	ErrFenced = errors.New("idem: claim no longer current (fenced)")
+	ErrFenced = backend.ErrFenced
 
 	// ErrClaimDone is returned when a claim that this process already
 	// completed, released or held is used again.
 	ErrClaimDone = errors.New("idem: claim already finished")
-)
 
-// Errors returned by Backend implementations and by record decoding.
-var (
-	// ErrNotFound is returned by Backend.Get when no live record exists.
-	ErrNotFound = errors.New("idem: record not found")
+	// Errors of the Store's other calls.
 
-	// ErrCorrupt is returned when a stored record cannot be decoded, or was
-	// written by a newer format version than this release reads.
-	ErrCorrupt = errors.New("idem: corrupt record")
-)
+	// ErrNoBackup is returned by Store.Backup when the backend cannot back
+	// itself up (it does not implement backend.Backuper). A PostgreSQL store
+	// (pgstore) is backed up with PostgreSQL's own tools (pg_dump, or base
+	// backups with WAL archiving), which see its tables as they commit.
+	ErrNoBackup = errors.New("idem: the backend does not back itself up")
 
-// Errors returned when a payload cannot be fingerprinted.
-var (
+	// ErrNoClaim is returned by ExecFenced when ctx carries no claim: it runs
+	// only inside an effect that Do runs.
+	ErrNoClaim = errors.New("idem: no claim in the context (ExecFenced runs inside Do's effect)")
+
+	// ErrInvalidOptions is returned by Options.Validate and Open when options
+	// make no sense together. The concrete errors are *OptionsError values,
+	// joined, one per field at fault.
+	ErrInvalidOptions = errors.New("idem: invalid options")
+
+	// ErrNothingToSettle is returned by Settle when the key holds no claim
+	// whose lease ended: nothing is stored, the record is done or released, or
+	// its claim is live (then the error is also an *InProgressError).
+	ErrNothingToSettle = errors.New("idem: no stale claim to settle")
+
+	// ErrNoVerify is returned by Store.Verify when the backend cannot verify
+	// what it stores (it does not implement backend.Verifier).
+	ErrNoVerify = errors.New("idem: the backend does not verify its storage")
+
+	// ErrNoTx is returned by DoTx when the store's backend does not run
+	// effects in transactions of the effect's type.
+	ErrNoTx = errors.New("idem: the backend does not run effects in such a transaction")
+
+	// Errors returned when a payload cannot be fingerprinted.
+
 	// ErrBodyTooLarge is returned when a body exceeds the fingerprint size bound.
 	ErrBodyTooLarge = errors.New("idem: body too large to fingerprint")
 
@@ -193,19 +218,7 @@ func (e *NotRecordedError) Error() string {
 func (e *NotRecordedError) Is(target error) bool { return target == ErrOutcomeNotRecorded }
 
 // FencedError is returned when a claim's token is stale.
-type FencedError struct {
-	Scope, Key string
-	// Token is the stale token the caller held.
-	Token uint64
-}
-
-func (e *FencedError) Error() string {
-	return fmt.Sprintf("idem: claim on key %q in scope %q with token %d is no longer current",
-		e.Key, e.Scope, e.Token)
-}
-
-// Is reports whether target is ErrFenced.
-func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+type FencedError = backend.FencedError
 
 // SavedError is what Do returns, beside the saved Result, when the first
 // attempt's error was saved by the error policy and is being replayed.
@@ -215,29 +228,6 @@ type SavedError struct {
 }
 
 func (e *SavedError) Error() string { return e.Message }
-
-// unavailable wraps a storage error so that it matches ErrUnavailable while
-// keeping the cause visible to errors.Is and errors.As.
-func unavailable(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrClosed) || errors.Is(err, ErrFenced) ||
-		errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) {
-		return err
-	}
-	return &storageError{op: op, err: err}
-}
-
-type storageError struct {
-	op  string
-	err error
-}
-
-func (e *storageError) Error() string {
-	return "idem: " + e.op + ": storage unavailable: " + e.err.Error()
-}
-func (e *storageError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // DefaultErrorText is the default Options.ErrorText: the text of the idem
 // sentinel err matches, or of context.Canceled or DeadlineExceeded, and
@@ -259,4 +249,77 @@ func (s *Store) errorText(err error) string {
 		return s.o.ErrorText(err)
 	}
 	return DefaultErrorText(err)
+}
+
+// OptionsError names an Options field, or a pair of them, that makes no
+// sense.
+type OptionsError struct {
+	// Field names the field, e.g. "Retention" or "Badger.Durability".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *OptionsError) Error() string { return "idem: Options." + e.Field + ": " + e.Reason }
+
+// Is reports whether target is ErrInvalidOptions.
+func (e *OptionsError) Is(target error) bool { return target == ErrInvalidOptions }
+
+// LateCompletionError is what Do returns, beside fn's result, when the
+// effect ran and its outcome was to be saved, but its claim had been
+// recovered first (Complete was fenced: its holder was paused, or cut off
+// from the storage, past the lease and the grace), and the late outcome
+// could not be recorded either: the backend is no LateCompleter, or
+// recording it failed on storage. The effect happened; the record does
+// not hold its result, so the key may be run again, or may already have
+// been, by another holder: treat the outcome as unrecorded, and do not
+// report success to a client that will retry. It matches
+// ErrOutcomeNotRecorded, and ErrFenced.
+type LateCompletionError struct {
+	Scope, Key string
+	// Token is the late holder's token.
+	Token uint64
+	// Err holds the fenced completion's error, the late write's error if
+	// any, and fn's own error, if any.
+	Err error
+}
+
+func (e *LateCompletionError) Error() string {
+	return fmt.Sprintf("idem: effect for key %q in scope %q ran, but its claim (token %d) was recovered before its result was saved",
+		e.Key, e.Scope, e.Token)
+}
+
+// Unwrap returns Err.
+func (e *LateCompletionError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrOutcomeNotRecorded: the effect ran and
+// its outcome is not recorded. (ErrFenced matches through Err.)
+func (e *LateCompletionError) Is(target error) bool { return target == ErrOutcomeNotRecorded }
+
+// RanTwiceError is what Do returns, beside fn's result, when the effect
+// ran but its claim had been recovered and the key claimed again by
+// another holder before its result was saved: the effect may have run
+// twice. The newer holder's outcome is the record's (its result is what a
+// repeat gets), this one is not recorded, and the record is marked
+// MayHaveRunTwice, with this attempt in its story. It matches ErrRanTwice
+// and ErrOutcomeNotRecorded, and ErrFenced through Err.
+type RanTwiceError struct {
+	Scope, Key string
+	// Token is the late holder's token.
+	Token uint64
+	// Err holds the fenced completion's error and fn's own error, if any.
+	Err error
+}
+
+func (e *RanTwiceError) Error() string {
+	return fmt.Sprintf("idem: effect for key %q in scope %q may have run twice: its claim (token %d) was recovered and the key claimed again before its result was saved",
+		e.Key, e.Scope, e.Token)
+}
+
+// Unwrap returns Err.
+func (e *RanTwiceError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrRanTwice or ErrOutcomeNotRecorded.
+func (e *RanTwiceError) Is(target error) bool {
+	return target == ErrRanTwice || target == ErrOutcomeNotRecorded
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +29,7 @@ func TestLogger_ErrorText(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
 			l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			s := openStore(t, "", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, Logger: l, ErrorText: tc.text})
+			s := openStoreWith(t, "", &idem.Options{Logger: l, ErrorText: tc.text}, badgerstore.Options{InMemory: true})
 			_, _, err := s.Do(context.Background(), idem.Request{Key: "k", Fingerprint: "fp"},
 				func(context.Context) (idem.Result, error) { return idem.Result{}, secret })
 			require.ErrorIs(t, err, secret)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -27,10 +28,11 @@ func ExampleOpen() {
 }
 
 func ExampleStore_Do() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	defer store.Close()
 
 	refunds := 0
@@ -55,10 +57,11 @@ func ExampleStore_Do() {
 }
 
 func ExampleStore_Begin() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	defer store.Close()
 	ctx := context.Background()
 	req := idem.Request{Key: "charge-7", Fingerprint: "fp"}
@@ -124,15 +127,16 @@ func ExampleResolverFunc() {
 
 func ExampleStore_Sweep() {
 	clock := idemtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	store, err := idem.Open("", &idem.Options{
-		Badger:        idem.BadgerOptions{InMemory: true},
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := idem.New(mem, &idem.Options{
+
 		SweepInterval: -1, // no background sweep: call Sweep by hand
 		Retention:     time.Hour,
 		Clock:         clock,
 	})
-	if err != nil {
-		log.Fatal(err)
-	}
 	defer store.Close()
 	ctx := context.Background()
 	_, _, _ = store.Do(ctx, idem.Request{Key: "short-lived"}, func(context.Context) (idem.Result, error) {
@@ -155,12 +159,12 @@ func ExampleKeyDeriver_Step() {
 	// Output: true false 36
 }
 
-func ExampleEffectKey() {
+func ExampleKeyDeriver_Effect() {
 	// A once-per-run effect: asked for at step 4 and again at step 7, the
 	// refund of order 123 gets one key.
-	atStep4 := idem.EffectKey("run-2f9c", "refund:order-123")
-	atStep7 := idem.EffectKey("run-2f9c", "refund:order-123")
-	other := idem.EffectKey("run-2f9c", "refund:order-124")
+	atStep4 := idem.KeyDeriver{}.Effect("run-2f9c", "refund:order-123")
+	atStep7 := idem.KeyDeriver{}.Effect("run-2f9c", "refund:order-123")
+	other := idem.KeyDeriver{}.Effect("run-2f9c", "refund:order-124")
 	fmt.Println(atStep4 == atStep7)
 	fmt.Println(atStep4 == other)
 	// Output:
@@ -168,17 +172,7 @@ func ExampleEffectKey() {
 	// false
 }
 
-func ExampleValidateKey() {
-	fmt.Println(idem.ValidateKey("550e8400-e29b-41d4-a716-446655440000"))
-	fmt.Println(errors.Is(idem.ValidateKey(""), idem.ErrInvalidKey))
-	fmt.Println(idem.ValidateKey("caf\u00e9"))
-	// Output:
-	// <nil>
-	// true
-	// idem: invalid idempotency key: byte 0xc3 at offset 3 is not printable ASCII
-}
-
-func ExampleSlogObserver() {
+func Example_logger() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
@@ -188,10 +182,11 @@ func ExampleSlogObserver() {
 			return a
 		},
 	}))
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, Logger: logger})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{Logger: logger})
 	defer store.Close()
 	req := idem.Request{Scope: "t1", Key: "k1"}
 	fn := func(context.Context) (idem.Result, error) { return idem.Result{Status: 200}, nil }
@@ -206,7 +201,7 @@ func ExampleSlogObserver() {
 func ExampleNew() {
 	// New runs a Store over any Backend: here the Badger one, in pgstore's
 	// place.
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -217,10 +212,11 @@ func ExampleNew() {
 }
 
 func ExampleClaimFromContext() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	defer store.Close()
 	_, _, _ = store.Do(context.Background(), idem.Request{Key: "k"}, func(ctx context.Context) (idem.Result, error) {
 		c, _ := idem.ClaimFromContext(ctx)

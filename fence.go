@@ -3,12 +3,7 @@ package idem
 import (
 	"context"
 	"database/sql"
-	"errors"
 )
-
-// ErrNoClaim is returned by ExecFenced when ctx carries no claim: it runs
-// only inside an effect that Do runs.
-var ErrNoClaim = errors.New("idem: no claim in the context (ExecFenced runs inside Do's effect)")
 
 // SQLExecer is what ExecFenced writes with: a *sql.DB, *sql.Tx or
 // *sql.Conn.

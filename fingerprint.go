@@ -11,37 +11,31 @@ import (
 	"github.com/idemkit/idem/internal/canon"
 )
 
-// FingerprintAlgorithm names the current digest; every fingerprint starts
-// with it and a colon. A new canonical encoding gets a new name, so stored
-// fingerprints never silently compare against a different scheme.
-//
-// idemfp2 adds the media-type parameters that change the meaning of the
-// bytes (a multipart boundary, a charset other than UTF-8) to idemfp1; for
-// every other request its encoding, and so its hex digest, is idemfp1's.
-// A record fingerprinted with idemfp1 still matches the same request: the
-// Store compares the hex digests when only the names differ, and
-// Request.PreviousFingerprint (Fingerprinter.SumPrevious) covers the
-// requests whose digest changed.
-const FingerprintAlgorithm = "idemfp2-sha256"
-
-// PreviousFingerprintAlgorithm names the digest of the previous release,
-// which stored records may carry.
-const PreviousFingerprintAlgorithm = "idemfp1-sha256"
-
-// Bounds used by the zero Fingerprinter and by Fingerprint.
+// The fingerprint's algorithms, and the bounds of the zero Fingerprinter.
 const (
+	// FingerprintAlgorithm names the current digest; every fingerprint starts
+	// with it and a colon. A new canonical encoding gets a new name, so stored
+	// fingerprints never silently compare against a different scheme.
+	//
+	// idemfp2 adds the media-type parameters that change the meaning of the
+	// bytes (a multipart boundary, a charset other than UTF-8) to idemfp1; for
+	// every other request its encoding, and so its hex digest, is idemfp1's.
+	// A record fingerprinted with idemfp1 still matches the same request: the
+	// Store compares the hex digests when only the names differ, and
+	// Request.PreviousFingerprint (Fingerprinter.SumPrevious) covers the
+	// requests whose digest changed.
+	FingerprintAlgorithm = "idemfp2-sha256"
+
+	// PreviousFingerprintAlgorithm names the digest of the previous release,
+	// which stored records may carry.
+	PreviousFingerprintAlgorithm = "idemfp1-sha256"
+
 	// DefaultMaxBodyBytes is the largest body fingerprinted by default (1 MiB).
 	DefaultMaxBodyBytes = 1 << 20
 
 	// DefaultMaxDepth is the deepest JSON nesting fingerprinted by default.
 	DefaultMaxDepth = 64
 )
-
-// Fingerprint digests what a request asks for, using the default bounds of
-// the zero Fingerprinter. See Fingerprinter.Sum for the semantics.
-func Fingerprint(method, route, contentType string, body []byte) (string, error) {
-	return Fingerprinter{}.Sum(method, route, contentType, body)
-}
 
 // Fingerprinter computes fingerprints with explicit bounds; the zero value
 // uses the defaults. A Fingerprinter is a plain value and safe for

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,7 +14,7 @@ import (
 // what the bytes mean take part in the fingerprint; the others do not.
 func TestFingerprint_MeaningfulParams(t *testing.T) {
 	sum := func(ct, body string) string {
-		got, err := idem.Fingerprint("POST", "/upload", ct, []byte(body))
+		got, err := idem.Fingerprinter{}.Sum("POST", "/upload", ct, []byte(body))
 		require.NoError(t, err, ct)
 		return got
 	}
@@ -55,7 +56,7 @@ func TestFingerprint_Previous(t *testing.T) {
 // idemfp2, whether or not its digest changed, and still refuses another.
 func TestStore_Idemfp1RecordsStillMatch(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t, "", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	s := openStoreWith(t, "", &idem.Options{}, badgerstore.Options{InMemory: true})
 	var f idem.Fingerprinter
 	runs := 0
 	fn := func(context.Context) (idem.Result, error) { runs++; return idem.Result{Status: 201}, nil }

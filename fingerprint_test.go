@@ -23,7 +23,7 @@ const jsonType = "application/json"
 // fp fingerprints a JSON body for a fixed method and route.
 func fp(tb testing.TB, body string) string {
 	tb.Helper()
-	got, err := idem.Fingerprint("POST", "/v1/refunds", jsonType, []byte(body))
+	got, err := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", jsonType, []byte(body))
 	require.NoError(tb, err, "body %q", body)
 	return got
 }
@@ -61,7 +61,7 @@ func TestFingerprint_Golden(t *testing.T) {
 			"idemfp2-sha256:edb366611a25c1a284c4982d7229f8290f143bc156b3ba085c5c5b4e845fe30c"},
 	}
 	for _, tt := range tests {
-		got, err := idem.Fingerprint(tt.method, tt.route, tt.contentType, []byte(tt.body))
+		got, err := idem.Fingerprinter{}.Sum(tt.method, tt.route, tt.contentType, []byte(tt.body))
 		require.NoError(t, err)
 		require.Equal(t, tt.want, got, "%s %s %q", tt.method, tt.route, tt.body)
 	}
@@ -97,7 +97,7 @@ func TestFingerprint_Encoding(t *testing.T) {
 	for _, tt := range tests {
 		sum := sha256.Sum256(tt.canonical)
 		want := idem.FingerprintAlgorithm + ":" + fmt.Sprintf("%x", sum)
-		got, err := idem.Fingerprint(tt.method, tt.route, tt.contentType, []byte(tt.body))
+		got, err := idem.Fingerprinter{}.Sum(tt.method, tt.route, tt.contentType, []byte(tt.body))
 		require.NoError(t, err)
 		require.Equal(t, want, got, "%s %s %q", tt.method, tt.route, tt.body)
 	}
@@ -282,7 +282,7 @@ func TestFingerprint_Errors(t *testing.T) {
 		{`[1e1000000000000000000]`, idem.ErrInvalidJSON},
 	}
 	for _, tt := range tests {
-		_, err := idem.Fingerprint("POST", "/", jsonType, []byte(tt.body))
+		_, err := idem.Fingerprinter{}.Sum("POST", "/", jsonType, []byte(tt.body))
 		require.ErrorIs(t, err, tt.want, "body %q", tt.body)
 		require.Contains(t, err.Error(), "offset", "body %q", tt.body)
 		for _, other := range []error{idem.ErrDuplicateMember, idem.ErrInvalidJSON, idem.ErrBodyTooDeep, idem.ErrBodyTooLarge} {
@@ -294,7 +294,7 @@ func TestFingerprint_Errors(t *testing.T) {
 }
 
 func TestFingerprint_DuplicateMessage(t *testing.T) {
-	_, err := idem.Fingerprint("POST", "/", jsonType, []byte(`{"amount":1, "\u0061mount":2}`))
+	_, err := idem.Fingerprinter{}.Sum("POST", "/", jsonType, []byte(`{"amount":1, "\u0061mount":2}`))
 	require.ErrorIs(t, err, idem.ErrDuplicateMember)
 	require.ErrorContains(t, err, `"amount" at offset 13`)
 }
@@ -318,7 +318,7 @@ func TestFingerprinter_Sum_MaxBytes(t *testing.T) {
 		_, err = f.Sum("POST", "/", "application/octet-stream", big[:idem.DefaultMaxBodyBytes])
 		require.NoError(t, err)
 	}
-	_, err = idem.Fingerprint("POST", "/", "application/octet-stream", big)
+	_, err = idem.Fingerprinter{}.Sum("POST", "/", "application/octet-stream", big)
 	require.ErrorIs(t, err, idem.ErrBodyTooLarge)
 }
 
@@ -359,9 +359,9 @@ func TestFingerprinter_Sum_MaxDepth(t *testing.T) {
 
 func TestFingerprinter_Sum_HugeDepth(t *testing.T) {
 	body := []byte(nested(100000))
-	_, err := idem.Fingerprint("POST", "/", jsonType, body)
+	_, err := idem.Fingerprinter{}.Sum("POST", "/", jsonType, body)
 	require.ErrorIs(t, err, idem.ErrBodyTooDeep)
-	_, err = idem.Fingerprint("POST", "/", jsonType, body[:100000]) // unterminated, still too deep first
+	_, err = idem.Fingerprinter{}.Sum("POST", "/", jsonType, body[:100000]) // unterminated, still too deep first
 	require.ErrorIs(t, err, idem.ErrBodyTooDeep)
 
 	// With a bound that allows it, the parser does not recurse, so deep
@@ -393,7 +393,7 @@ func TestFingerprint_RequestFields(t *testing.T) {
 	}
 	seen := map[string][]string{}
 	for _, v := range variants {
-		got, err := idem.Fingerprint(v[0], v[1], v[2], []byte(v[3]))
+		got, err := idem.Fingerprinter{}.Sum(v[0], v[1], v[2], []byte(v[3]))
 		require.NoError(t, err)
 		prev, ok := seen[got]
 		require.False(t, ok, "%q and %q collide", prev, v)
@@ -404,7 +404,7 @@ func TestFingerprint_RequestFields(t *testing.T) {
 func TestFingerprint_ContentTypes(t *testing.T) {
 	body := []byte(`{"b": [1, 2.0], "a": "x"}`)
 	same := []byte(`{"a":"x","b":[1e0,2]}`)
-	want, err := idem.Fingerprint("POST", "/", jsonType, body)
+	want, err := idem.Fingerprinter{}.Sum("POST", "/", jsonType, body)
 	require.NoError(t, err)
 
 	// Every JSON type is one class, whatever its parameters or case.
@@ -415,7 +415,7 @@ func TestFingerprint_ContentTypes(t *testing.T) {
 		"application/merge-patch+JSON",
 	} {
 		for _, b := range [][]byte{body, same} {
-			got, err := idem.Fingerprint("POST", "/", ct, b)
+			got, err := idem.Fingerprinter{}.Sum("POST", "/", ct, b)
 			require.NoError(t, err, ct)
 			require.Equal(t, want, got, ct)
 		}
@@ -426,13 +426,13 @@ func TestFingerprint_ContentTypes(t *testing.T) {
 		"text/plain", "application/octet-stream", "application/jsonx", "application/x-json-stream",
 		"json", "application/json; charset", "application/json;;", "", "???",
 	} {
-		a, err := idem.Fingerprint("POST", "/", ct, body)
+		a, err := idem.Fingerprinter{}.Sum("POST", "/", ct, body)
 		require.NoError(t, err, ct)
-		b, err := idem.Fingerprint("POST", "/", ct, same)
+		b, err := idem.Fingerprinter{}.Sum("POST", "/", ct, same)
 		require.NoError(t, err, ct)
 		require.NotEqual(t, a, b, ct)
 		require.NotEqual(t, want, a, ct)
-		_, err = idem.Fingerprint("POST", "/", ct, []byte("\xff\xfe{not json"))
+		_, err = idem.Fingerprinter{}.Sum("POST", "/", ct, []byte("\xff\xfe{not json"))
 		require.NoError(t, err, ct)
 	}
 }
@@ -443,7 +443,7 @@ func TestFingerprint_ContentTypes(t *testing.T) {
 func TestFingerprint_MediaTypeParsing(t *testing.T) {
 	body := []byte("a  b")
 	sum := func(ct string) string {
-		got, err := idem.Fingerprint("PUT", "/doc", ct, body)
+		got, err := idem.Fingerprinter{}.Sum("PUT", "/doc", ct, body)
 		require.NoError(t, err, ct)
 		return got
 	}
@@ -482,9 +482,9 @@ func TestFingerprint_MediaTypeParsing(t *testing.T) {
 func TestFingerprint_EmptyBody(t *testing.T) {
 	seen := map[string]string{}
 	for _, ct := range []string{jsonType, "text/plain", "", "application/json; charset"} {
-		got, err := idem.Fingerprint("DELETE", "/v1/items/1", ct, nil)
+		got, err := idem.Fingerprinter{}.Sum("DELETE", "/v1/items/1", ct, nil)
 		require.NoError(t, err, ct)
-		again, err := idem.Fingerprint("DELETE", "/v1/items/1", ct, []byte{})
+		again, err := idem.Fingerprinter{}.Sum("DELETE", "/v1/items/1", ct, []byte{})
 		require.NoError(t, err, ct)
 		require.Equal(t, got, again, "nil and empty bodies are the same")
 		_, ok := seen[got]
@@ -493,7 +493,7 @@ func TestFingerprint_EmptyBody(t *testing.T) {
 	}
 	for _, body := range []string{`null`, `""`, `{}`, `[]`, `0`} {
 		got := fp(t, body)
-		empty, err := idem.Fingerprint("POST", "/v1/refunds", jsonType, nil)
+		empty, err := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", jsonType, nil)
 		require.NoError(t, err)
 		require.NotEqual(t, empty, got, body)
 	}
@@ -510,13 +510,13 @@ func TestFingerprint_Concurrent(t *testing.T) {
 		wg.Go(func() {
 			for n := range 200 {
 				i := (g + n) % len(bodies)
-				got, err := idem.Fingerprint("POST", "/v1/refunds", jsonType, []byte(bodies[i]))
+				got, err := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", jsonType, []byte(bodies[i]))
 				if err != nil || got != want[i] {
 					t.Errorf("body %q: got %s, %v; want %s", bodies[i], got, err, want[i])
 					return
 				}
 				// Interleave failures, which leave pooled state mid-parse.
-				if _, err := idem.Fingerprint("POST", "/", jsonType, []byte(`{"a":[1,{"b":`)); err == nil {
+				if _, err := (idem.Fingerprinter{}).Sum("POST", "/", jsonType, []byte(`{"a":[1,{"b":`)); err == nil {
 					t.Error("truncated body accepted")
 					return
 				}
@@ -890,7 +890,7 @@ func TestFingerprint_Allocs(t *testing.T) {
 	} {
 		body := []byte(tt.body)
 		allocs := testing.AllocsPerRun(100, func() {
-			if _, err := idem.Fingerprint("POST", "/v1/refunds", tt.contentType, body); err != nil {
+			if _, err := (idem.Fingerprinter{}).Sum("POST", "/v1/refunds", tt.contentType, body); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -913,17 +913,17 @@ func TestFingerprint_LoneSurrogates(t *testing.T) {
 	}
 }
 
-func ExampleFingerprint() {
-	a, _ := idem.Fingerprint("POST", "/v1/refunds", "application/json",
+func ExampleFingerprinter_Sum() {
+	a, _ := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", "application/json",
 		[]byte(`{"amount": 10.50, "currency": "EUR"}`))
-	b, _ := idem.Fingerprint("POST", "/v1/refunds", "application/json; charset=utf-8",
+	b, _ := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", "application/json; charset=utf-8",
 		[]byte(`{"currency":"\u0045UR","amount":1.05e1}`))
-	c, _ := idem.Fingerprint("POST", "/v1/refunds", "application/json",
+	c, _ := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", "application/json",
 		[]byte(`{"amount": 10.51, "currency": "EUR"}`))
 	fmt.Println(strings.HasPrefix(a, idem.FingerprintAlgorithm+":"))
 	fmt.Println(a == b, a == c)
 
-	_, err := idem.Fingerprint("POST", "/v1/refunds", "application/json",
+	_, err := idem.Fingerprinter{}.Sum("POST", "/v1/refunds", "application/json",
 		[]byte(`{"amount": 1, "amount": 2}`))
 	fmt.Println(errors.Is(err, idem.ErrDuplicateMember))
 	// Output:
@@ -932,7 +932,7 @@ func ExampleFingerprint() {
 	// true
 }
 
-func ExampleFingerprinter_Sum() {
+func ExampleFingerprinter_Sum_bounds() {
 	f := idem.Fingerprinter{MaxBytes: 64, MaxDepth: 2}
 	_, err := f.Sum("POST", "/v1/batch", "application/json", []byte(`[[1, 2], [3]]`))
 	fmt.Println(err)
@@ -972,7 +972,7 @@ func BenchmarkFingerprint(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := idem.Fingerprint("POST", "/v1/tools/call", "application/json", body); err != nil {
+				if _, err := (idem.Fingerprinter{}).Sum("POST", "/v1/tools/call", "application/json", body); err != nil {
 					b.Fatal(err)
 				}
 			}

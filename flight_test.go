@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
 )
@@ -41,8 +42,8 @@ func TestResolve_OneResolverCallPerClaim(t *testing.T) {
 		<-release
 		return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 201, Body: []byte("from-ledger")}}, nil
 	})
-	s := openStore(t, "", &idem.Options{Clock: clk, SweepInterval: -1, Lease: 10 * time.Second,
-		Resolver: resolver, Badger: idem.BadgerOptions{InMemory: true}, CloseTimeout: time.Millisecond})
+	s := openStoreWith(t, "", &idem.Options{Clock: clk, SweepInterval: -1, Lease: 10 * time.Second,
+		Resolver: resolver, CloseTimeout: time.Millisecond}, badgerstore.Options{InMemory: true})
 	req := idem.Request{Scope: "t", Key: "refund-1", Fingerprint: "fp"}
 	_, _, err := s.Begin(context.Background(), req) // the holder dies: its claim is orphaned
 	require.NoError(t, err)
@@ -85,8 +86,8 @@ func TestResolve_WaiterBoundedByContext(t *testing.T) {
 		<-release
 		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})
-	s := openStore(t, "", &idem.Options{Clock: clk, SweepInterval: -1, Lease: 10 * time.Second,
-		Resolver: resolver, Badger: idem.BadgerOptions{InMemory: true}, CloseTimeout: time.Millisecond})
+	s := openStoreWith(t, "", &idem.Options{Clock: clk, SweepInterval: -1, Lease: 10 * time.Second,
+		Resolver: resolver, CloseTimeout: time.Millisecond}, badgerstore.Options{InMemory: true})
 	req := idem.Request{Scope: "t", Key: "k", Fingerprint: "fp"}
 	_, _, err := s.Begin(context.Background(), req)
 	require.NoError(t, err)

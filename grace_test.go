@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
 )
 
 // sharedBackend lets two Stores, standing for two instances, share one
 // backend: only the test closes it.
-type sharedBackend struct{ idem.Backend }
+type sharedBackend struct{ backend.Backend }
 
 func (sharedBackend) Close() error { return nil }
 
@@ -22,7 +24,7 @@ func (sharedBackend) Close() error { return nil }
 // "a" and "b"; b has the Resolver, which counts its calls.
 func graceStores(t *testing.T, clock *idemtest.Clock, grace time.Duration) (a, b *idem.Store, asked *atomic.Int32) {
 	t.Helper()
-	bk, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	bk, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = bk.Close() })
 	asked = new(atomic.Int32)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
 // The replay cache: done records this Store has completed or read, kept
@@ -343,12 +345,12 @@ func (h *hotSet) drop(scope, key string, token uint64) {
 
 // takeCounts appends the replays counted since the last call to out, one
 // Tally per counted entry (an id put again may have two).
-func (h *hotSet) takeCounts(out []Tally) []Tally {
+func (h *hotSet) takeCounts(out []backend.Tally) []backend.Tally {
 	for i := range h.shards {
 		sh := &h.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.pending {
-			t := Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays}
+			t := backend.Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays}
 			if e.lastReplay != 0 {
 				t.LastReplay = time.Unix(0, e.lastReplay)
 			}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 // kept returns the number of records h keeps and the bytes its shards
@@ -64,9 +66,9 @@ func TestHotSet_HoldsReplayWorkload(t *testing.T) {
 	body := make([]byte, 94)
 	const n = 20_000
 	for i := range n {
-		key := EffectKey("run", strconv.Itoa(i))
+		key := KeyDeriver{}.Effect("run", strconv.Itoa(i))
 		h.put("", key, &Record{Key: key, State: StateDone, Fingerprint: fp,
-			Attempts: make([]Attempt, 1), Result: &Result{Status: 200, Body: body}})
+			Attempts: make([]backend.Attempt, 1), Result: &Result{Status: 200, Body: body}})
 	}
 	if got, _ := kept(h); got != n {
 		t.Fatalf("%d of %d records kept", got, n)
@@ -106,7 +108,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 		k := "k" + strconv.Itoa(i)
 		h.put("", k, rec(k))
 	}
-	var got []Tally
+	var got []backend.Tally
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
@@ -238,7 +240,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 func TestHotSet_ScopesKeptApart(t *testing.T) {
 	h := newDefaultHotSet()
 	now := time.Unix(1_700_000_000, 0)
-	ids := []hotID{{"", "k"}, {"a", "k"}, {"b", "k"}, {"", "ak"}, {"", recordIDString("a", "k")}}
+	ids := []hotID{{"", "k"}, {"a", "k"}, {"b", "k"}, {"", "ak"}, {"", "\x01ak"}}
 	for i, id := range ids {
 		h.put(id.scope, id.key, &Record{Scope: id.scope, Key: id.key, State: StateDone, Fingerprint: "fp",
 			ExpiresAt: now.Add(time.Hour), Result: &Result{Status: 200 + i}})
@@ -263,16 +265,6 @@ func TestHotSet_ScopesKeptApart(t *testing.T) {
 	}
 }
 
-func recordIDString(scope, key string) string { return string(recordID(scope, key)) }
-
-func TestSplitRecordID(t *testing.T) {
-	for _, id := range []hotID{{"", "k"}, {"tenant", "k-1"}, {strings.Repeat("s", MaxScopeLen), "k"}} {
-		if scope, key := splitRecordID(recordID(id.scope, id.key)); scope != id.scope || key != id.key {
-			t.Fatalf("%+v: split into %q, %q", id, scope, key)
-		}
-	}
-}
-
 // Sweep drops a reclaimed record's entry by token: a newer entry of the
 // key stays.
 func TestHotSet_DropByToken(t *testing.T) {
@@ -291,7 +283,7 @@ func TestHotSet_DropByToken(t *testing.T) {
 // newDefaultHotSet returns the replay cache of a Store with the default
 // memory budget.
 func newDefaultHotSet() *hotSet {
-	s := sharesOf(DefaultMemoryBudget)
+	s := sharesOf(backend.DefaultMemoryBudget)
 	return newHotSet(s.hotBytes)
 }
 
@@ -302,7 +294,7 @@ func TestHotSet_ShareOfTheBudget(t *testing.T) {
 	for _, c := range []struct{ budget, want int64 }{
 		{16 << 20, 16 << 20 / 5 / 4},
 		{32 << 20, 32 << 20 / 5 / 2},
-		{DefaultMemoryBudget, DefaultMemoryBudget / 5},
+		{backend.DefaultMemoryBudget, backend.DefaultMemoryBudget / 5},
 		{256 << 20, 256 << 20 / 5},
 	} {
 		if got := sharesOf(c.budget).hotBytes; got != c.want {
@@ -310,7 +302,7 @@ func TestHotSet_ShareOfTheBudget(t *testing.T) {
 		}
 	}
 	prev := int64(0)
-	for b := int64(MinMemoryBudget); b <= 2*DefaultMemoryBudget; b += 1 << 20 {
+	for b := int64(backend.MinMemoryBudget); b <= 2*backend.DefaultMemoryBudget; b += 1 << 20 {
 		got := sharesOf(b).hotBytes
 		if got < prev {
 			t.Fatalf("the share shrinks from %d to %d bytes at a budget of %d MiB", prev, got, b>>20)
@@ -321,14 +313,14 @@ func TestHotSet_ShareOfTheBudget(t *testing.T) {
 
 func TestHotSet_StoreKeepsItsShareOfTheBudget(t *testing.T) {
 	const budget = 16 << 20
-	b, err := OpenBadger("", BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := New(b, &Options{MemoryBudget: budget, SweepInterval: -1})
 	defer s.Close()
 	// Below the default budget the fifth is scaled by B/64 MiB.
-	if want := int64(budget/5) * budget / DefaultMemoryBudget; s.hot.limit != want {
+	if want := int64(budget/5) * budget / backend.DefaultMemoryBudget; s.hot.limit != want {
 		t.Fatalf("replay cache bound %d, want the budget's fifth scaled by B/64 MiB, %d", s.hot.limit, want)
 	}
 	body := make([]byte, 8<<10)

@@ -104,7 +104,7 @@ func (j *Journal) PlanEffect(ctx context.Context, runID, object, tool string, ar
 }
 
 func (j *Journal) plan(ctx context.Context, st Step, args []byte) (Step, error) {
-	fp, err := Fingerprint("PLAN", st.Tool, jsonOrBytes(args), args)
+	fp, err := Fingerprinter{}.Sum("PLAN", st.Tool, jsonOrBytes(args), args)
 	if err != nil {
 		return st, err
 	}

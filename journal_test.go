@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +30,7 @@ func TestJournal_Plan_SavesAndReturnsFirstPlan(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, first.Replanned)
 	require.False(t, first.Differed)
-	require.Equal(t, idem.StepKey("run-1", 3, "refund_order"), first.Key)
+	require.Equal(t, idem.KeyDeriver{}.Step("run-1", 3, "refund_order"), first.Key)
 	require.Equal(t, `{"order":"o-1","amount":4200}`, string(first.Args))
 
 	same, err := j.Plan(bg, "run-1", 3, "refund_order", []byte(`{ "amount": 4200.0, "order": "o-1" }`))
@@ -60,7 +61,7 @@ func TestJournal_PlanEffect_FoundAgainByALaterTurn(t *testing.T) {
 	atStep7, err := j.PlanEffect(bg, "run-9", "refund:order-123", "refund_order", []byte(`{"amount":12}`))
 	require.NoError(t, err)
 	require.Equal(t, atStep4.Key, atStep7.Key)
-	require.Equal(t, idem.EffectKey("run-9", "refund:order-123"), atStep7.Key)
+	require.Equal(t, idem.KeyDeriver{}.Effect("run-9", "refund:order-123"), atStep7.Key)
 	require.True(t, atStep7.Replanned)
 	require.True(t, atStep7.Differed)
 	require.Equal(t, `{"amount":10}`, string(atStep7.Args))
@@ -75,7 +76,7 @@ func TestJournal_Plan_SurvivesRestartAndUnsavedPlan(t *testing.T) {
 	// A plan claimed but never saved (the process died in between).
 	// Callers cannot claim in the journal's scope, so claim on the backend.
 	now := time.Now()
-	_, claimed, err := s.Backend().Claim(bg, idem.JournalScope, idem.StepKey("run-2", 2, "email"), idem.ClaimArgs{
+	_, claimed, err := s.Backend().Claim(bg, idem.JournalScope, idem.KeyDeriver{}.Step("run-2", 2, "email"), backend.ClaimArgs{
 		Fingerprint: "x", Now: now, LeaseEnds: now.Add(time.Minute), Retention: time.Hour, Owner: "test"})
 	require.NoError(t, err)
 	require.True(t, claimed)
@@ -214,7 +215,7 @@ func TestJournal_KilledRunResumes(t *testing.T) {
 		require.False(t, seen[e.key], "refund with key %s ran twice", e.key)
 		seen[e.key] = true
 		n := i + 1
-		require.Equal(t, idem.StepKey("run-k", n, "refund_order"), e.key)
+		require.Equal(t, idem.KeyDeriver{}.Step("run-k", n, "refund_order"), e.key)
 		want := 100*n + 7
 		if n <= sentByChild {
 			want = 100 * n // planned by the killed run: its arguments stand

@@ -10,36 +10,38 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
 )
 
 // lateBackend is a shared Badger backend (see sharedBackend) that keeps
 // its LateCompleter.
-type lateBackend struct{ *idem.BadgerBackend }
+type lateBackend struct{ *badgerstore.Backend }
 
 func (lateBackend) Close() error { return nil }
 
 // lateStores returns two Stores, "a" and "b", on one Badger store in
 // t.TempDir() and one fake clock; b has a Resolver that answers "not
-// committed", and both log to the returned buffer through SlogObserver.
+// committed", and both log to the returned buffer (Options.Logger).
 func lateStores(t *testing.T, clock *idemtest.Clock, lateCompleter bool) (a, b *idem.Store, log *syncBuffer) {
 	t.Helper()
-	bk, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+	bk, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = bk.Close() })
-	var shared idem.Backend = lateBackend{bk}
+	var shared backend.Backend = lateBackend{bk}
 	if !lateCompleter {
 		shared = sharedBackend{bk}
 	}
 	log = &syncBuffer{}
-	obs := idem.SlogObserver(slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	notCommitted := idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})
 	open := func(owner string, r idem.Resolver) *idem.Store {
 		s := idem.New(shared, &idem.Options{Clock: clock, Lease: testLease, SweepInterval: -1,
-			Owner: owner, Resolver: r, RecoveryGrace: -1, Observer: obs})
+			Owner: owner, Resolver: r, RecoveryGrace: -1, Logger: logger})
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}

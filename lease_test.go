@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
 )
@@ -14,7 +16,7 @@ import (
 // extendFails is a Badger backend whose Extend fails with err, telling
 // tried about every call.
 type extendFails struct {
-	idem.Backend
+	backend.Backend
 	err   error
 	tried chan struct{}
 }
@@ -33,9 +35,9 @@ const testLease = 30 * time.Second
 // when not nil, replaces the backend's Extend.
 func leaseStore(t *testing.T, clock *idemtest.Clock, extend error, o idem.Options) (*idem.Store, chan struct{}) {
 	t.Helper()
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	require.NoError(t, err)
-	var backend idem.Backend = b
+	var backend backend.Backend = b
 	tried := make(chan struct{}, 16)
 	if extend != nil {
 		backend = &extendFails{Backend: b, err: extend, tried: tried}

@@ -3,33 +3,29 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
-// lossKeeper is a backend that keeps a loss window (the Badger backend,
-// badger_loss.go).
-type lossKeeper interface {
-	openLossWindow(now time.Time, retention time.Duration) (LossWindow, bool, error)
-}
-
 // openLossWindow opens the backend's loss window if an open accepted a
-// loss (BadgerOptions.AcceptLoss). A failure to record it durably is
-// reported; the window covers this process anyway, and the next open opens
-// it again.
+// loss (badgerstore.Options.AcceptLoss), for the Retention. A failure to
+// record it durably is reported; the window covers this process anyway,
+// and the next open opens it again.
 func (s *Store) openLossWindow() {
-	lk, ok := s.b.(lossKeeper)
+	lk, ok := s.b.(backend.LossKeeper)
 	if !ok {
 		return
 	}
-	if _, _, err := lk.openLossWindow(s.now(), s.o.Retention); err != nil {
+	if err := lk.OpenLossWindow(s.now(), s.o.Retention); err != nil {
 		s.observeErr("loss window", "", "", 0, err)
 	}
 }
 
 // lostMaybe reports whether rec, a claim just won, is of a key whose
-// latest write a loss may have taken (BadgerBackend.lossNoteFor notes it
+// latest write a loss may have taken (the backend notes it
 // in the claim's attempt).
 func lostMaybe(rec *Record) bool {
-	return len(rec.Attempts) > 0 && rec.Attempts[len(rec.Attempts)-1].Reason == lossNote
+	return len(rec.Attempts) > 0 && rec.Attempts[len(rec.Attempts)-1].Reason == backend.LossNote
 }
 
 // askLost asks the Resolver about rec, a claim on a key absent (or
@@ -44,7 +40,7 @@ func (s *Store) askLost(ctx context.Context, rec *Record) (*Result, error) {
 	if _, ok := s.rules[rec.Scope]; ok {
 		return nil, nil
 	}
-	s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Reason: lossNote})
+	s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Reason: backend.LossNote})
 	res := Resolution{Verdict: VerdictUnknown}
 	if s.o.Resolver != nil {
 		var err error
@@ -61,7 +57,7 @@ func (s *Store) askLost(ctx context.Context, rec *Record) (*Result, error) {
 		return s.settleLost(ctx, rec, res.Result, now)
 	case VerdictNotCommitted:
 		s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
-			Verdict: VerdictNotCommitted.String(), Reason: lossNote})
+			Verdict: VerdictNotCommitted.String(), Reason: backend.LossNote})
 		return nil, s.renewLost(ctx, rec, now)
 	}
 	return nil, s.holdLost(ctx, rec, now)
@@ -75,19 +71,19 @@ func (s *Store) settleLost(ctx context.Context, rec *Record, result Result, now 
 		retention = s.o.Retention
 	}
 	comp := completion(result, now, expiresAt(now, retention), VerdictCommitted.String())
-	comp.Ending.Reason = lossNote
+	comp.Ending.Reason = backend.LossNote
 	if err := s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) }); err != nil {
 		// The claim stays in progress: recovery asks again once its lease ends.
 		s.fencedOrErr("recover", rec.Scope, rec.Key, rec.Token, err)
 		return nil, err
 	}
-	saved := result.clone()
+	saved := result.Clone()
 	if len(result.Body) <= hotMaxBody {
 		s.keep(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
 			ExpiresAt: comp.ExpiresAt, Result: saved})
 	}
 	s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,
-		Verdict: VerdictCommitted.String(), Reason: lossNote})
+		Verdict: VerdictCommitted.String(), Reason: backend.LossNote})
 	return saved, nil
 }
 
@@ -116,7 +112,7 @@ func (s *Store) holdLost(ctx context.Context, rec *Record, now time.Time) error 
 		return err
 	}
 	rec.LeaseEnds = now
-	s.observe(Event{Kind: EventHeld, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now, Reason: lossNote})
+	s.observe(Event{Kind: EventHeld, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now, Reason: backend.LossNote})
 	unknown := &OutcomeUnknownError{Scope: rec.Scope, Key: rec.Key}
 	if s.o.Resolver == nil {
 		s.observe(Event{Kind: EventStale, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,

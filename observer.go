@@ -98,17 +98,12 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// SlogObserver returns an Observer that logs every event to l with the
-// scope, key and token as attributes: routine events at Debug, rejections
-// and recoveries (late completions too) at Info, attention and effects
-// that may have run twice at Warn, errors at Error. It logs
-// an event's error with its full text; SlogObserverText logs the text a
-// redaction hook (Options.ErrorText) gives instead.
-func SlogObserver(l *slog.Logger) Observer { return slogObserver(l, nil) }
-
-// SlogObserverText is SlogObserver logging text(err) for an event's error.
-func SlogObserverText(l *slog.Logger, text func(error) string) Observer { return slogObserver(l, text) }
-
+// slogObserver returns an Observer that logs every event to l (for
+// Options.Logger) with the scope, key and token as attributes: routine
+// events at Debug, rejections and recoveries (late completions too) at
+// Info, attention and effects that may have run twice at Warn, errors at
+// Error. It logs text(err) for an event's error, its full text if text is
+// nil.
 func slogObserver(l *slog.Logger, text func(error) string) Observer {
 	if text == nil {
 		text = error.Error
@@ -142,6 +137,19 @@ func slogObserver(l *slog.Logger, text func(error) string) Observer {
 		}
 		l.LogAttrs(ctx, level, "idem "+e.Kind.String(), attrs...)
 	})
+}
+
+// Observers returns an Observer that hands every event to each of obs in
+// turn; nil observers are skipped. Options.Observer takes one observer:
+// this is how it takes several.
+func Observers(obs ...Observer) Observer {
+	var list multiObserver
+	for _, o := range obs {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	return list
 }
 
 type multiObserver []Observer

@@ -6,25 +6,6 @@ import (
 	"time"
 )
 
-// ErrInvalidOptions is returned by Options.Validate and Open when options
-// make no sense together. The concrete errors are *OptionsError values,
-// joined, one per field at fault.
-var ErrInvalidOptions = errors.New("idem: invalid options")
-
-// OptionsError names an Options field, or a pair of them, that makes no
-// sense.
-type OptionsError struct {
-	// Field names the field, e.g. "Retention" or "Badger.Durability".
-	Field string
-	// Reason says what is wrong with it.
-	Reason string
-}
-
-func (e *OptionsError) Error() string { return "idem: Options." + e.Field + ": " + e.Reason }
-
-// Is reports whether target is ErrInvalidOptions.
-func (e *OptionsError) Is(target error) bool { return target == ErrInvalidOptions }
-
 // minLease is the shortest lease: Do's heartbeat extends it every Lease/3.
 const minLease = time.Millisecond
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/stretchr/testify/require"
 )
 
@@ -56,7 +57,7 @@ func TestOpen_RefusesNonsenseOptions(t *testing.T) {
 }
 
 func TestNew_PanicsOnNonsenseOptions(t *testing.T) {
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	require.NoError(t, err)
 	defer b.Close()
 	require.PanicsWithError(t, (&idem.Options{Lease: -time.Second}).Validate().Error(), func() {

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-)
 
-// ErrNothingToSettle is returned by Settle when the key holds no claim
-// whose lease ended: nothing is stored, the record is done or released, or
-// its claim is live (then the error is also an *InProgressError).
-var ErrNothingToSettle = errors.New("idem: no stale claim to settle")
+	"github.com/idemkit/idem/backend"
+)
 
 // settledPrefix starts the words a settled claim's story carries.
 const settledPrefix = "settled: "
@@ -60,12 +57,12 @@ func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result
 	s.hot.drop(scope, key, 0)
 	err = s.call(func() error {
 		if v == VerdictCommitted {
-			return s.b.Complete(ctx, scope, key, rec.Token, Completion{Result: result, At: now,
+			return s.b.Complete(ctx, scope, key, rec.Token, backend.Completion{Result: result, At: now,
 				ExpiresAt: expiresAt(now, retention), Recovered: words,
-				Ending: Ending{At: now, Outcome: words, Reason: note, Status: result.Status}})
+				Ending: backend.Ending{At: now, Outcome: words, Reason: note, Status: result.Status}})
 		}
-		return s.b.Release(ctx, scope, key, rec.Token, Releasing{At: now, ExpiresAt: expiresAt(now, retention),
-			Reason: words, Ending: Ending{At: now, Outcome: outcomeReleased, Reason: words + ": " + note}})
+		return s.b.Release(ctx, scope, key, rec.Token, backend.Releasing{At: now, ExpiresAt: expiresAt(now, retention),
+			Reason: words, Ending: backend.Ending{At: now, Outcome: outcomeReleased, Reason: words + ": " + note}})
 	})
 	if err != nil {
 		s.fencedOrErr("settle", scope, key, rec.Token, err)

@@ -11,6 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 // Defaults for zero Options fields. Retention and Lease are exported for
@@ -40,9 +43,9 @@ type Options struct {
 	Lease time.Duration
 
 	// Durability says whether commits are synced to disk (Durable, the
-	// default) or only survive a process crash (Fast). It is the setting
-	// Open gives the Badger backend; other backends have their own (see
-	// pgstore). Open refuses a Badger.Durability that differs from it.
+	// default) or only survive a process crash (Fast). Open gives it to the
+	// embedded backend; a backend given to New has a setting of its own
+	// (badgerstore.Options, pgstore.Options).
 	Durability Durability
 
 	// Resolver answers, for a stale claim, whether its effect happened
@@ -104,8 +107,10 @@ type Options struct {
 	// ErrorText is set, in which case it logs what ErrorText returns.
 	ErrorText func(error) string
 
-	// Logger, if set, logs every transition through SlogObserver, and
-	// Badger's warnings.
+	// Logger, if set, logs every transition (routine ones at Debug,
+	// rejections and recoveries at Info, attention and effects that may
+	// have run twice at Warn, errors at Error) with the scope, key and
+	// token as attributes, and, under Open, the engine's warnings.
 	Logger *slog.Logger
 
 	// Owner names this process in the claims it takes (Record.Owner), so
@@ -124,18 +129,13 @@ type Options struct {
 	// table builders (tables of B/128), and on every backend the Store's
 	// replay cache (B/5, scaled by B/64 MiB below the default budget) and
 	// the replays and rejections counted between two flushes (B/16 KiB
-	// records). Default
-	// DefaultMemoryBudget (64 MiB); values under MinMemoryBudget (16 MiB)
-	// are raised to it. Options.Badger's explicit sizes win over
-	// it. It bounds live bytes: the process's resident memory also holds
+	// records). Default 64 MiB; values under 16 MiB are raised to 16
+	// (backend.DefaultMemoryBudget, MinMemoryBudget). It bounds live bytes: the process's resident memory also holds
 	// the garbage collector's headroom (GOGC), which the host sets (with
 	// GOMEMLIMIT), not a library, and Badger's compaction can briefly
 	// exceed its share. Mapped table files are page cache, not counted.
 	// docs/memory.md has the split and what it holds.
 	MemoryBudget int64
-
-	// Badger tunes the embedded backend that Open creates.
-	Badger BadgerOptions
 }
 
 func (o *Options) withDefaults() Options {
@@ -173,7 +173,7 @@ func (o *Options) withDefaults() Options {
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = defaultCloseTimeout
 	}
-	c.MemoryBudget = memoryBudget(c.MemoryBudget)
+	c.MemoryBudget = backend.MemoryBudget(c.MemoryBudget)
 	var obs multiObserver
 	if c.Observer != nil {
 		obs = append(obs, c.Observer)
@@ -195,7 +195,7 @@ func (o *Options) withDefaults() Options {
 // Store runs effects once per (scope, key) and replays their results. It is
 // safe for concurrent use by any number of goroutines.
 type Store struct {
-	b     Backend
+	b     backend.Backend
 	o     Options
 	owner string // this instance's name, stored with its claims
 
@@ -218,16 +218,16 @@ type Store struct {
 	drained   chan struct{}
 	drainOnce sync.Once
 
-	stop      chan struct{} // closed to stop the background goroutines
-	bgDone    chan struct{} // closed when the background sweep has returned
-	tallyDone chan struct{} // closed when the tally flusher has returned
-	clockDone chan struct{} // closed when the clock loop has returned
-	flushNow  chan struct{} // asks the tally flusher to flush early
-	sweeps    sync.Mutex    // one Sweep at a time
-	counts    tallies       // replays and rejections not yet flushed
-	tallier   Tallier       // the backend, if it keeps counts
-	hot       *hotSet       // the replay cache (hot.go)
-	wall      *wallClock    // reads the clock when it is the system clock
+	stop      chan struct{}   // closed to stop the background goroutines
+	bgDone    chan struct{}   // closed when the background sweep has returned
+	tallyDone chan struct{}   // closed when the tally flusher has returned
+	clockDone chan struct{}   // closed when the clock loop has returned
+	flushNow  chan struct{}   // asks the tally flusher to flush early
+	sweeps    sync.Mutex      // one Sweep at a time
+	counts    tallies         // replays and rejections not yet flushed
+	tallier   backend.Tallier // the backend, if it keeps counts
+	hot       *hotSet         // the replay cache (hot.go)
+	wall      *wallClock      // reads the clock when it is the system clock
 	// rules settle stale claims of a scope in place of the Resolver
 	// (crashrecovery.go); set in New, then only read.
 	rules map[string]recoveryRule
@@ -238,15 +238,13 @@ type Store struct {
 	panics panicNotes
 }
 
-// errDurability is returned by Open when Options.Durability and
-// Options.Badger.Durability disagree: durability is set in one place.
-var errDurability = errors.New("idem: Options.Badger.Durability differs from Options.Durability: set Options.Durability only")
-
-// Open opens (or creates) a store in a directory on the embedded Badger
-// backend. Claims left open by an earlier process are orphaned at once and
-// resolved by recovery. With opts.Badger.InMemory, dir is ignored. Options
-// that make no sense are refused with an error naming the fields
-// (Options.Validate, ErrInvalidOptions).
+// Open opens (or creates) a store in a directory on the embedded backend
+// (package badgerstore), with its defaults and Options' Durability,
+// MemoryBudget and Logger. Claims left open by an earlier process are
+// orphaned at once and resolved by recovery. Options that make no sense
+// are refused with an error naming the fields (Options.Validate,
+// ErrInvalidOptions). To tune the embedded backend, or to keep a store in
+// memory for tests, open it with badgerstore.Open and pass it to New.
 func Open(dir string, opts *Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -255,18 +253,8 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if opts != nil {
 		o = *opts
 	}
-	bo := o.Badger
-	if bo.Durability != Durable && bo.Durability != o.Durability {
-		return nil, errDurability
-	}
-	bo.Durability = o.Durability
-	if bo.Logger == nil {
-		bo.Logger = o.Logger
-	}
-	if bo.MemoryBudget == 0 {
-		bo.MemoryBudget = o.MemoryBudget
-	}
-	b, err := OpenBadger(dir, bo)
+	b, err := badgerstore.Open(dir, badgerstore.Options{Durability: o.Durability, MemoryBudget: o.MemoryBudget,
+		Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +265,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 // the backend from then on and closes it in Close. It panics if the
 // options make no sense (Options.Validate), as constructors do on bad
 // configuration; Open returns that error instead.
-func New(b Backend, opts *Options) *Store {
+func New(b backend.Backend, opts *Options) *Store {
 	if err := opts.Validate(); err != nil {
 		panic(err)
 	}
@@ -295,7 +283,7 @@ func New(b Backend, opts *Options) *Store {
 		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1), drained: make(chan struct{}),
 		hot: newHotSet(shares.hotBytes), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule()}}
 	s.cond = sync.NewCond(&s.mu)
-	s.tallier, _ = b.(Tallier)
+	s.tallier, _ = b.(backend.Tallier)
 	if _, ok := o.Clock.(systemClock); ok {
 		s.wall = &wallClock{}
 	}
@@ -316,7 +304,7 @@ func New(b Backend, opts *Options) *Store {
 }
 
 // Backend returns the store's backend.
-func (s *Store) Backend() Backend { return s.b }
+func (s *Store) Backend() backend.Backend { return s.b }
 
 // Options returns the options in force, defaults filled in.
 func (s *Store) Options() Options { return s.o }
@@ -469,13 +457,13 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 // validate checks a caller's scope and key; idem's own callers (the
 // Journal) pass own, which admits the reserved scopes.
 func validate(scope, key string, own bool) error {
-	if err := ValidateKey(key); err != nil {
+	if err := backend.ValidateKey(key); err != nil {
 		return err
 	}
 	if own {
-		return ValidateStoredScope(scope)
+		return backend.ValidateStoredScope(scope)
 	}
-	return ValidateScope(scope)
+	return backend.ValidateScope(scope)
 }
 
 func (s *Store) background() {
@@ -495,7 +483,7 @@ func (s *Store) background() {
 		}
 		// The backend's own housekeeping runs here, off the requests and off
 		// the Sweep a caller times.
-		if m, ok := s.b.(Maintainer); ok {
+		if m, ok := s.b.(backend.Maintainer); ok {
 			if err := s.call(func() error { return m.Maintain(ctx) }); err != nil &&
 				!errors.Is(err, ErrClosed) && ctx.Err() == nil {
 				s.observeErr("maintain", "", "", 0, err)

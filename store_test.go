@@ -9,45 +9,28 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
 )
 
-func TestBadger_Conformance_Disk(t *testing.T) {
-	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
-		b, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	})
-}
-
-func TestBadger_Conformance_InMemory(t *testing.T) {
-	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
-		b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	})
-}
-
-func TestOpen_DurabilitySetOnce(t *testing.T) {
-	_, err := idem.Open(t.TempDir(), &idem.Options{Badger: idem.BadgerOptions{Durability: idem.Fast}})
-	require.Error(t, err, "Badger.Durability Fast under Options.Durability Durable")
-	s, err := idem.Open(t.TempDir(), &idem.Options{Durability: idem.Fast, Badger: idem.BadgerOptions{Durability: idem.Fast}})
-	require.NoError(t, err, "the same value in both is no conflict")
-	require.NoError(t, s.Close())
-	s, err = idem.Open(t.TempDir(), &idem.Options{Durability: idem.Fast})
+// Open gives Options.Durability to the embedded backend.
+func TestOpen_Durability(t *testing.T) {
+	s, err := idem.Open(t.TempDir(), &idem.Options{Durability: idem.Fast})
 	require.NoError(t, err)
 	require.Equal(t, idem.Fast, s.Options().Durability)
+	require.Equal(t, idem.Fast, s.Backend().(*badgerstore.Backend).Durability())
+	require.NoError(t, s.Close())
+	s, err = idem.Open(t.TempDir(), nil)
+	require.NoError(t, err)
+	require.Equal(t, idem.Durable, s.Backend().(*badgerstore.Backend).Durability())
 	require.NoError(t, s.Close())
 }
 
 // maintained counts the Store's calls of Maintain.
 type maintained struct {
-	idem.Backend
+	backend.Backend
 	calls chan struct{}
 }
 
@@ -57,7 +40,7 @@ func (m *maintained) Maintain(context.Context) error {
 }
 
 func TestStore_Background_CallsMaintainer(t *testing.T) {
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	require.NoError(t, err)
 	m := &maintained{Backend: b, calls: make(chan struct{}, 1)}
 	clk := idemtest.NewClock(time.Unix(1_700_000_000, 0))
@@ -72,7 +55,7 @@ func TestStore_Background_CallsMaintainer(t *testing.T) {
 // gate blocks Get of the key "block" until released, and notes whether
 // the Store closed it while such a Get was running.
 type gate struct {
-	idem.Backend
+	backend.Backend
 	entered, release chan struct{}
 	running          atomic.Int32
 	closedEarly      atomic.Bool
@@ -94,7 +77,7 @@ func (g *gate) Close() error {
 }
 
 func TestStore_Close_WaitsForCallsInFlight(t *testing.T) {
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	require.NoError(t, err)
 	g := &gate{Backend: b, entered: make(chan struct{}), release: make(chan struct{})}
 	s := idem.New(g, &idem.Options{SweepInterval: -1})

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
 // Counting replays and rejections.
@@ -41,20 +43,20 @@ type tallies struct {
 	// after an early flush already in flight has handed its counts over.
 	flushing sync.Mutex
 	mu       sync.Mutex // guards m
-	m        map[tallyKey]*Tally
+	m        map[tallyKey]*backend.Tally
 }
 
 func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full bool) {
 	t.mu.Lock()
 	if t.m == nil {
-		t.m = map[tallyKey]*Tally{}
+		t.m = map[tallyKey]*backend.Tally{}
 	}
 	c := t.m[tallyKey{scope, key}]
 	if c == nil {
 		// Copies: the caller's strings may share memory with a large
 		// request, which the map would otherwise keep alive.
 		scope, key = strings.Clone(scope), strings.Clone(key)
-		c = &Tally{Scope: scope, Key: key}
+		c = &backend.Tally{Scope: scope, Key: key}
 		t.m[tallyKey{scope, key}] = c
 	}
 	switch kind {
@@ -74,7 +76,7 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 }
 
 // take returns the counts gathered since the last call, and forgets them.
-func (t *tallies) take() map[tallyKey]*Tally {
+func (t *tallies) take() map[tallyKey]*backend.Tally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.m
@@ -85,9 +87,9 @@ func (t *tallies) take() map[tallyKey]*Tally {
 // takeTallies returns the counts gathered since the last call: those of
 // the map, one Tally per record, then those of the replay cache, one per
 // counted entry (a record may have two; backends add them up).
-func (s *Store) takeTallies() []Tally {
+func (s *Store) takeTallies() []backend.Tally {
 	m := s.counts.take()
-	var out []Tally
+	var out []backend.Tally
 	for _, c := range m {
 		out = append(out, *c)
 	}

@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemkit/idem/backend"
 )
 
 // Retention, expiry and reclamation.
@@ -28,7 +30,7 @@ func (s *Store) reclaimExpired(ctx context.Context) (int, error) {
 	total := 0
 	for range reclaimBatches {
 		now := s.now()
-		var refs []Ref
+		var refs []backend.Ref
 		err := s.call(func() (err error) {
 			refs, err = s.b.Reclaim(ctx, now, reclaimBatch)
 			return err

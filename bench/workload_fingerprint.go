@@ -19,7 +19,7 @@ const requestBody = `{"order_id":"ord_8f14e45fceea167a","amount":{"value":"42.00
 func (s *Suite) fingerprints(ctx context.Context) error {
 	const id = "fingerprint"
 	s.addWorkload(Workload{ID: id, Title: fmt.Sprintf("Fingerprint of a %d-byte JSON body", len(requestBody)),
-		About: "idem.Fingerprint(\"POST\", \"/refunds\", \"application/json\", body) against sha256.Sum256(body); " +
+		About: "idem.Fingerprinter{}.Sum(\"POST\", \"/refunds\", \"application/json\", body) against sha256.Sum256(body); " +
 			"one goroutine",
 		Unit: "ns/op", Reference: "idem.Fingerprint"})
 	body := []byte(requestBody)

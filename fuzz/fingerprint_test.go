@@ -41,10 +41,10 @@ func FuzzFingerprint(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkReference(t, body)
-		if _, err := idem.Fingerprint("POST", "/fuzz", "application/octet-stream", body); err != nil && len(body) <= idem.DefaultMaxBodyBytes {
+		if _, err := (idem.Fingerprinter{}).Sum("POST", "/fuzz", "application/octet-stream", body); err != nil && len(body) <= idem.DefaultMaxBodyBytes {
 			t.Fatalf("opaque body rejected: %v", err)
 		}
-		sum, err := idem.Fingerprint("POST", "/fuzz", jsonType, body)
+		sum, err := idem.Fingerprinter{}.Sum("POST", "/fuzz", jsonType, body)
 		if err != nil {
 			if !isFingerprintError(err) {
 				t.Fatalf("unexpected error %v", err)
@@ -54,7 +54,7 @@ func FuzzFingerprint(f *testing.F) {
 			}
 			return
 		}
-		again, err := idem.Fingerprint("POST", "/fuzz", jsonType, body)
+		again, err := idem.Fingerprinter{}.Sum("POST", "/fuzz", jsonType, body)
 		if err != nil || again != sum {
 			t.Fatalf("not deterministic: %s, then %s, %v", sum, again, err)
 		}
@@ -82,7 +82,7 @@ func FuzzFingerprint(f *testing.F) {
 		}
 
 		for _, m := range mutations(body) {
-			msum, err := idem.Fingerprint("POST", "/fuzz", jsonType, m)
+			msum, err := idem.Fingerprinter{}.Sum("POST", "/fuzz", jsonType, m)
 			if err != nil || msum != sum || hasSurrogateEscape(m) {
 				continue
 			}

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -33,10 +35,11 @@ const (
 // fingerprints the same) a replay. The handler must get the unquoted key
 // from KeyFromContext.
 func FuzzMiddleware(f *testing.F) {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, SweepInterval: -1})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		f.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{SweepInterval: -1})
 	f.Cleanup(func() { _ = store.Close() })
 	var seq atomic.Int64
 
@@ -67,7 +70,7 @@ func FuzzMiddleware(f *testing.F) {
 			switch {
 			case ok != keyed:
 				t.Errorf("%s: KeyFromContext ok=%t", r.Method, ok)
-			case ok && idem.ValidateKey(k) != nil:
+			case ok && backend.ValidateKey(k) != nil:
 				t.Errorf("KeyFromContext gave an invalid key %q", k)
 			case ok && !strings.HasPrefix(raw, `"`) && k != raw:
 				t.Errorf("KeyFromContext %q for the bare header %q", k, raw)

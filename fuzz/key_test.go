@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // FuzzValidateKey checks key validation against its definition: 1 to 255
@@ -15,25 +16,25 @@ func FuzzValidateKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		want := len(key) >= 1 && len(key) <= idem.MaxKeyLen
+		want := len(key) >= 1 && len(key) <= backend.MaxKeyLen
 		for i := 0; i < len(key); i++ {
 			if key[i] < ' ' || key[i] > '~' {
 				want = false
 			}
 		}
-		err := idem.ValidateKey(key)
+		err := backend.ValidateKey(key)
 		if (err == nil) != want {
 			t.Fatalf("ValidateKey(%q) = %v, want valid=%v", key, err, want)
 		}
 		if err != nil && !errors.Is(err, idem.ErrInvalidKey) {
 			t.Fatalf("error does not wrap ErrInvalidKey: %v", err)
 		}
-		for _, derived := range []string{idem.StepKey(key, len(key), key), idem.EffectKey(key, key)} {
-			if err := idem.ValidateKey(derived); err != nil {
+		for _, derived := range []string{idem.KeyDeriver{}.Step(key, len(key), key), idem.KeyDeriver{}.Effect(key, key)} {
+			if err := backend.ValidateKey(derived); err != nil {
 				t.Fatalf("derived key %q is invalid: %v", derived, err)
 			}
 		}
-		if err := idem.ValidateScope(key); err == nil && len(key) > idem.MaxScopeLen {
+		if err := backend.ValidateScope(key); err == nil && len(key) > backend.MaxScopeLen {
 			t.Fatal("an over-long scope validated")
 		}
 	})

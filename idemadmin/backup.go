@@ -5,10 +5,11 @@ import (
 	"net/http"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // BackupSHA256Trailer is the HTTP trailer in which GET /backup sends the
-// file's SHA-256 (hex, as idem.BackupInfo.SHA256) once it is written.
+// file's SHA-256 (hex, as backend.BackupInfo.SHA256) once it is written.
 const BackupSHA256Trailer = "Idem-Backup-Sha256"
 
 // backup streams a backup file of the store (idem.Store.Backup) while the
@@ -23,7 +24,7 @@ func (h *handler) backup(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r, AccessBackup) {
 		return
 	}
-	if _, ok := h.s.Backend().(idem.Backuper); !ok {
+	if _, ok := h.s.Backend().(backend.Backuper); !ok {
 		writeError(w, http.StatusNotImplemented, fmt.Errorf("the store's backend %T cannot back itself up: %w", h.s.Backend(), idem.ErrNoBackup))
 		return
 	}

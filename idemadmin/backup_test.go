@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemadmin"
 )
 
@@ -40,7 +42,7 @@ func TestHandler_Backup(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "restored")
-	info, err := idem.Restore(context.Background(), bytes.NewReader(file), dir, nil)
+	info, err := badgerstore.Restore(context.Background(), bytes.NewReader(file), dir, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +77,12 @@ func newGet(t *testing.T, url, role string) *http.Request {
 // TestHandler_Backup_Refused checks the access a backup asks for beyond
 // bodies, and the answer for a backend that cannot back itself up.
 func TestHandler_Backup_Refused(t *testing.T) {
-	b, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+	b, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Embedding only the Backend hides the Badger backend's Backup.
-	s := idem.New(struct{ idem.Backend }{b}, &idem.Options{SweepInterval: -1})
+	s := idem.New(struct{ backend.Backend }{b}, &idem.Options{SweepInterval: -1})
 	defer s.Close()
 	var asked []idemadmin.Access
 	srv := httptest.NewServer(idemadmin.Handler(s, &idemadmin.HandlerOptions{Authorize: func(r *http.Request, a idemadmin.Access) error {

@@ -13,7 +13,7 @@
 //	metrics := idemadmin.Expvar(vars)
 //	var decisions idemadmin.Decisions
 //	store, err := idem.Open(dir, &idem.Options{Resolver: ledgerCheck,
-//		Observer: idemadmin.Tee(&decisions, idemadmin.CountEvents(metrics))})
+//		Observer: idem.Observers(&decisions, idemadmin.CountEvents(metrics))})
 //	...
 //	admin := idemadmin.Handler(store, &idemadmin.HandlerOptions{
 //		Authorize: func(r *http.Request, a idemadmin.Access) error {
@@ -73,7 +73,7 @@
 //   - Replay and rejection counts are flushed in batches (see
 //     idem.Record.Replays): a live view may lag by a second, and a crash
 //     may lose the last second's counts.
-//   - A record keeps the first and the latest idem.MaxAttempts claims;
+//   - A record keeps the first and the latest backend.KeptAttempts claims;
 //     the timeline says how many in between were not kept.
 //   - Sweep reports the decisions its Decisions observer sees while it
 //     runs. The observer must be in the store's Options from Open, and it

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -24,12 +26,12 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 // by the resolver, then replayed twice.
 func recovered() *idem.Record {
 	return &idem.Record{
-		Format: idem.RecordFormat, Scope: "shop-1", Key: "refund:order-1004", State: idem.StateDone,
+		Format: backend.Format, Scope: "shop-1", Key: "refund:order-1004", State: idem.StateDone,
 		Fingerprint: "idemfp1-sha256:f009", Token: 7, Claims: 1,
 		FirstSeen: t0, ClaimedAt: t0, DoneAt: t0.Add(10 * time.Minute), ExpiresAt: t0.Add(24*time.Hour + 10*time.Minute),
 		Recovered: "committed",
 		Result:    &idem.Result{Status: 201, Body: []byte(`{"refund":"re_1004"}`)},
-		Attempts: []idem.Attempt{{Token: 7, ClaimedAt: t0, Owner: "a1b2c3d4e5f6", EndedAt: t0.Add(10 * time.Minute),
+		Attempts: []backend.Attempt{{Token: 7, ClaimedAt: t0, Owner: "a1b2c3d4e5f6", EndedAt: t0.Add(10 * time.Minute),
 			Outcome: "recovered: committed", Reason: "orphaned by a restart", Status: 201}},
 		Replays: 2, LastReplay: t0.Add(15 * time.Minute),
 	}
@@ -38,14 +40,14 @@ func recovered() *idem.Record {
 // stuck is a claim whose holder died: its lease ended.
 func stuck() *idem.Record {
 	return &idem.Record{
-		Format: idem.RecordFormat, Scope: "shop-1", Key: "refund:order-1008", State: idem.StateInProgress,
+		Format: backend.Format, Scope: "shop-1", Key: "refund:order-1008", State: idem.StateInProgress,
 		Fingerprint: "idemfp1-sha256:56a4", Token: 11, Claims: 1, FirstSeen: t0.Add(40 * time.Minute),
 		ClaimedAt: t0.Add(40 * time.Minute), LeaseEnds: t0.Add(40*time.Minute + 30*time.Second),
-		Attempts: []idem.Attempt{{Token: 11, ClaimedAt: t0.Add(40 * time.Minute), Owner: "0f1e2d3c4b5a"}},
+		Attempts: []backend.Attempt{{Token: 11, ClaimedAt: t0.Add(40 * time.Minute), Owner: "0f1e2d3c4b5a"}},
 	}
 }
 
-// records is an idem.Lister over records in memory.
+// records is an backend.Lister over records in memory.
 type records []*idem.Record
 
 func (rs records) Scan(_ context.Context, fn func(*idem.Record) bool) error {
@@ -135,14 +137,14 @@ func ExampleCollect() {
 func ExampleSweep() {
 	clock := idemtest.NewClock(t0)
 	var decisions idemadmin.Decisions
-	store, err := idem.Open("", &idem.Options{
-		Badger: idem.BadgerOptions{InMemory: true}, Clock: clock, SweepInterval: -1,
+	store, err := idemtest.OpenBadger("", &idem.Options{
+		Clock: clock, SweepInterval: -1,
 		Observer: &decisions,
 		Resolver: idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 			// Ask the downstream: here, it has the refund.
 			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: idem.Result{Status: 201}}, nil
 		}),
-	})
+	}, badgerstore.Options{InMemory: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -188,11 +190,12 @@ func ExampleNewAuditRecord() {
 }
 
 func ExampleHandler() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true},
-		Clock: idemtest.NewClock(t0), SweepInterval: -1})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{
+		Clock: idemtest.NewClock(t0), SweepInterval: -1})
 	defer store.Close()
 	_, _, err = store.Do(context.Background(), idem.Request{Scope: "shop-1", Key: "refund:order-1", Fingerprint: "fp"},
 		func(context.Context) (idem.Result, error) { return idem.Result{Status: 201}, nil })
@@ -255,8 +258,8 @@ func ExampleHandler() {
 
 func ExampleCountEvents() {
 	m := new(expvar.Map)
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, SweepInterval: -1,
-		Observer: idemadmin.CountEvents(idemadmin.Expvar(m))})
+	store, err := idemtest.OpenBadger("", &idem.Options{SweepInterval: -1,
+		Observer: idemadmin.CountEvents(idemadmin.Expvar(m))}, badgerstore.Options{InMemory: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -294,10 +297,10 @@ func ExampleExpvar() {
 	// Output: {"events_claimed": 2, "records_stuck": 1}
 }
 
-func ExampleTee() {
+func Example_observers() {
 	var decisions idemadmin.Decisions
 	m := new(expvar.Map)
-	obs := idemadmin.Tee(&decisions, idemadmin.CountEvents(idemadmin.Expvar(m)), nil)
+	obs := idem.Observers(&decisions, idemadmin.CountEvents(idemadmin.Expvar(m)), nil)
 	obs.Observe(idem.Event{Kind: idem.EventStale, Key: "k"})
 	fmt.Println(m.String())
 	// Output: {"events_stale": 1}

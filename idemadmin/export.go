@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // ExportOptions configure Export.
@@ -61,7 +62,7 @@ type AuditResult struct {
 	Truncated bool                `json:"truncated,omitempty"`
 }
 
-// AuditClaim is one claim of a record's story (idem.Attempt).
+// AuditClaim is one claim of a record's story (backend.Attempt).
 type AuditClaim struct {
 	Token     uint64    `json:"token"`
 	ClaimedAt time.Time `json:"claimed_at"`
@@ -99,7 +100,7 @@ func NewAuditRecord(rec *idem.Record, bodies bool) AuditRecord {
 
 // Export writes every record of l to w as JSON lines, one AuditRecord per
 // line, in the backend's order, and returns how many it wrote.
-func Export(ctx context.Context, l idem.Lister, w io.Writer, o *ExportOptions) (int, error) {
+func Export(ctx context.Context, l backend.Lister, w io.Writer, o *ExportOptions) (int, error) {
 	var opts ExportOptions
 	if o != nil {
 		opts = *o

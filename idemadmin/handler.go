@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // HandlerOptions configure Handler. Authorize is required; every other
@@ -54,7 +55,7 @@ type HandlerOptions struct {
 // format=text to inspect, ls, stats or sweep for the command line's
 // tables. Errors are JSON objects {"error": "..."} with a 4xx or 5xx
 // status: 401 or 403 when the Authorizer refuses; ls, stats and export
-// answer 501 when the backend cannot list (idem.Lister). A scan stops when
+// answer 501 when the backend cannot list (backend.Lister). A scan stops when
 // the request's context ends. Handler panics if opts or opts.Authorize is
 // nil.
 func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
@@ -94,8 +95,8 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	}})
 }
 
-func (h *handler) lister(w http.ResponseWriter) (idem.Lister, bool) {
-	l, ok := h.s.Backend().(idem.Lister)
+func (h *handler) lister(w http.ResponseWriter) (backend.Lister, bool) {
+	l, ok := h.s.Backend().(backend.Lister)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, fmt.Errorf("the store's backend %T cannot list records", h.s.Backend()))
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -37,7 +39,7 @@ func newAdminEnv(t *testing.T, resolver idem.Resolver) *adminEnv {
 	var err error
 	e.store, err = idem.Open(t.TempDir(), &idem.Options{
 		Clock: e.clock, SweepInterval: -1, Resolver: resolver, CloseTimeout: 10 * time.Millisecond,
-		Observer: idemadmin.Tee(e.decisions, idemadmin.CountEvents(m)),
+		Observer: idem.Observers(e.decisions, idemadmin.CountEvents(m)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -307,10 +309,10 @@ func TestHandler(t *testing.T) {
 }
 
 // noLister hides the backend's Scan.
-type noLister struct{ idem.Backend }
+type noLister struct{ backend.Backend }
 
 func TestHandler_NotALister(t *testing.T) {
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,10 +393,11 @@ func TestCountEvents_EveryKind(t *testing.T) {
 }
 
 func TestHandler_AuthorizeRequired(t *testing.T) {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, SweepInterval: -1})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{SweepInterval: -1})
 	defer store.Close()
 	for name, opts := range map[string]*idemadmin.HandlerOptions{"nil options": nil, "no Authorize": {MaxRows: 5}} {
 		t.Run(name, func(t *testing.T) {

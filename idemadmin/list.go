@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // Conditions a record can be judged in, as Row.Condition and Filter.State
@@ -181,7 +182,7 @@ type Listing struct {
 // List scans every record of l and returns the ones f keeps: those marked
 // as having possibly run twice first, then those needing attention, then
 // stuck claims, then live claims, then the rest, each group oldest first.
-func List(ctx context.Context, l idem.Lister, f Filter) (*Listing, error) {
+func List(ctx context.Context, l backend.Lister, f Filter) (*Listing, error) {
 	if err := f.Check(); err != nil {
 		return nil, err
 	}

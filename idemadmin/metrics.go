@@ -105,19 +105,3 @@ func (e *expvarMetrics) Set(name string, v float64) {
 	}
 	f.Set(v)
 }
-
-// Tee returns an Observer that hands every event to each of obs in turn;
-// nil observers are skipped.
-func Tee(obs ...idem.Observer) idem.Observer {
-	var list []idem.Observer
-	for _, o := range obs {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
-	return idem.ObserverFunc(func(e idem.Event) {
-		for _, o := range list {
-			o.Observe(e)
-		}
-	})
-}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 // Stats are counts over every record of a store, as of Now.
@@ -69,13 +71,13 @@ type StatsOptions struct {
 // diskUser is implemented by the Badger backend, and by wrappers that
 // embed it.
 type diskUser interface {
-	DiskUsage() (idem.DiskUsage, error)
+	DiskUsage() (badgerstore.DiskUsage, error)
 }
 
 // Collect scans every record of l and counts them. When l is the Badger
 // backend on disk (anything with its DiskUsage method), Stats.Disk holds
 // its size on disk.
-func Collect(ctx context.Context, l idem.Lister, o StatsOptions) (*Stats, error) {
+func Collect(ctx context.Context, l backend.Lister, o StatsOptions) (*Stats, error) {
 	st := &Stats{Now: o.Now}
 	var oldest Row
 	err := l.Scan(ctx, func(rec *idem.Record) bool {

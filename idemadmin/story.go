@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // Story is one record's story as of Now: what it is, and a timeline of
@@ -157,7 +158,7 @@ func (s *story) add(at time.Time, event string, token uint64, format string, arg
 
 // note adds what was noted on an open claim, such as a restart orphaning
 // it; the record does not say when.
-func (s *story) note(a idem.Attempt) {
+func (s *story) note(a backend.Attempt) {
 	if strings.HasPrefix(a.Reason, "orphaned") {
 		s.add(time.Time{}, "orphaned", a.Token, "%s: the process holding the claim was gone", a.Reason)
 		return
@@ -178,11 +179,11 @@ func timeline(rec *idem.Record, now time.Time) []Entry {
 
 // storedAttempts returns rec's attempts, or for a record written before
 // attempts were kept, the one its current claim tells of.
-func storedAttempts(rec *idem.Record) []idem.Attempt {
+func storedAttempts(rec *idem.Record) []backend.Attempt {
 	if len(rec.Attempts) > 0 {
 		return rec.Attempts
 	}
-	a := idem.Attempt{Token: rec.Token, ClaimedAt: rec.ClaimedAt, Owner: rec.Owner}
+	a := backend.Attempt{Token: rec.Token, ClaimedAt: rec.ClaimedAt, Owner: rec.Owner}
 	if rec.State == idem.StateDone {
 		a.EndedAt, a.Outcome = rec.DoneAt, "completed"
 		if rec.Recovered != "" {
@@ -192,7 +193,7 @@ func storedAttempts(rec *idem.Record) []idem.Attempt {
 			a.Status = rec.Result.Status
 		}
 	}
-	return []idem.Attempt{a}
+	return []backend.Attempt{a}
 }
 
 // attempts adds each claim and how it ended.
@@ -208,7 +209,7 @@ func (s *story) attempts(rec *idem.Record, now time.Time) {
 		}
 		if i == 1 && notKept > 0 {
 			s.add(time.Time{}, "not_kept", 0, "%s not kept (a record keeps the first and the latest %d)",
-				plural(int64(notKept), "claim", "claims"), idem.MaxAttempts-1)
+				plural(int64(notKept), "claim", "claims"), backend.KeptAttempts-1)
 		}
 		who := ""
 		if a.Owner != "" {
@@ -231,7 +232,7 @@ func (s *story) attempts(rec *idem.Record, now time.Time) {
 }
 
 // ended adds how the claim a ended.
-func (s *story) ended(a idem.Attempt) {
+func (s *story) ended(a backend.Attempt) {
 	switch {
 	case a.Outcome == "completed":
 		s.add(a.EndedAt, "completed", a.Token, "completed: %s", saved(a.Status))

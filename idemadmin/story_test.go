@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -82,11 +84,12 @@ func TestTell_Conditions(t *testing.T) {
 func TestTell_ManyClaims(t *testing.T) {
 	clock := idemtest.NewClock(t0)
 	// ErrorText keeps each attempt's text, to tell the first from the rest.
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}, Clock: clock, SweepInterval: -1,
-		ErrorText: error.Error})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{Clock: clock, SweepInterval: -1,
+		ErrorText: error.Error})
 	defer store.Close()
 	ctx := context.Background()
 	req := idem.Request{Key: "flaky", Fingerprint: "fp"}
@@ -113,7 +116,7 @@ func TestTell_ManyClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	lost := claims - idem.MaxAttempts
+	lost := claims - backend.KeptAttempts
 	for _, want := range []string{
 		"claim 1 of 20: token 1", "released (error: attempt 1 failed)",
 		fmt.Sprintf("%d claims not kept", lost),
@@ -234,11 +237,11 @@ func (failingLister) Scan(context.Context, func(*idem.Record) bool) error {
 func TestTell_ReplayFollowsItsOutcome(t *testing.T) {
 	done := t0.Add(500 * time.Millisecond)
 	rec := &idem.Record{
-		Format: idem.RecordFormat, Scope: "shop-1", Key: "refund:order-7", State: idem.StateDone,
+		Format: backend.Format, Scope: "shop-1", Key: "refund:order-7", State: idem.StateDone,
 		Fingerprint: "fp", Token: 3, Claims: 1, FirstSeen: t0, ClaimedAt: t0, DoneAt: done,
 		ExpiresAt: done.Add(24 * time.Hour),
 		Result:    &idem.Result{Status: 201, Body: []byte(`{}`)},
-		Attempts:  []idem.Attempt{{Token: 3, ClaimedAt: t0, EndedAt: done, Outcome: "completed", Status: 201}},
+		Attempts:  []backend.Attempt{{Token: 3, ClaimedAt: t0, EndedAt: done, Outcome: "completed", Status: 201}},
 		Replays:   2, LastReplay: done.Add(-50 * time.Millisecond),
 		Conflicts: 1, LastRejection: t0.Add(100 * time.Millisecond),
 	}

@@ -19,7 +19,7 @@ const MaxDecisions = 10000
 
 // Decisions is an idem.Observer that records what recovery and
 // reclamation decide about each key while Sweep runs: pass it in the
-// store's Options.Observer at Open (Tee combines it with other
+// store's Options.Observer at Open (idem.Observers combines it with other
 // observers). Outside a Sweep it ignores every event. The zero value is
 // ready to use; a Decisions serves one store.
 type Decisions struct {
@@ -29,12 +29,12 @@ type Decisions struct {
 	// mu guards the fields below.
 	mu        sync.Mutex
 	capturing bool
-	list      []Decision
+	list      []SweepDecision
 	omitted   int
 }
 
-// Decision is what one sweep decided about one key.
-type Decision struct {
+// SweepDecision is what one sweep decided about one key.
+type SweepDecision struct {
 	Time  time.Time `json:"time"`
 	Scope string    `json:"scope"`
 	Key   string    `json:"key"`
@@ -67,7 +67,7 @@ func (d *Decisions) Observe(e idem.Event) {
 		d.omitted++
 		return
 	}
-	d.list = append(d.list, Decision{Time: e.Time, Scope: e.Scope, Key: e.Key, Token: e.Token,
+	d.list = append(d.list, SweepDecision{Time: e.Time, Scope: e.Scope, Key: e.Key, Token: e.Token,
 		Event: e.Kind.String(), Verdict: e.Verdict, Reason: e.Reason, Detail: explain(e)})
 }
 
@@ -105,8 +105,8 @@ type SweepResult struct {
 	// Decisions lists each decision (empty, [] in JSON, when there were
 	// none) when Sweep was given a Decisions observer, and is nil (null)
 	// without one; Omitted counts those beyond MaxDecisions.
-	Decisions []Decision `json:"decisions"`
-	Omitted   int        `json:"omitted,omitempty"`
+	Decisions []SweepDecision `json:"decisions"`
+	Omitted   int             `json:"omitted,omitempty"`
 }
 
 // SweepCounts are idem.SweepReport's counts.
@@ -158,7 +158,7 @@ func Sweep(ctx context.Context, s *idem.Store, d *Decisions) (*SweepResult, erro
 	// verdict is the decision.
 	out.Decisions = dropAsked(out.Decisions)
 	if out.Decisions == nil {
-		out.Decisions = []Decision{}
+		out.Decisions = []SweepDecision{}
 	}
 	// Batches come oldest lease first, and orphaned claims all share a
 	// zero lease: order by time, then scope and key, for stable reports.
@@ -177,7 +177,7 @@ func Sweep(ctx context.Context, s *idem.Store, d *Decisions) (*SweepResult, erro
 
 // dropAsked removes the "stale" events that only announced a question to
 // the resolver whose answer follows.
-func dropAsked(ds []Decision) []Decision {
+func dropAsked(ds []SweepDecision) []SweepDecision {
 	type ref struct {
 		scope, key string
 		token      uint64

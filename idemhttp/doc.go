@@ -20,7 +20,7 @@
 //
 //	client := idemhttp.NewClient(nil)
 //	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-//	resp, err := client.Do(idemhttp.WithKey(req, idem.StepKey(runID, step, "refund")))
+//	resp, err := client.Do(idemhttp.WithKey(req, idem.KeyDeriver{}.Step(runID, step, "refund")))
 //
 // # Semantics
 //

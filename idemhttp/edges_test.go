@@ -9,14 +9,16 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 )
 
 // noCompleteBackend fails every Complete, as a disk that went away while
 // the handler ran.
-type noCompleteBackend struct{ idem.Backend }
+type noCompleteBackend struct{ backend.Backend }
 
-func (noCompleteBackend) Complete(context.Context, string, string, uint64, idem.Completion) error {
+func (noCompleteBackend) Complete(context.Context, string, string, uint64, backend.Completion) error {
 	return fmt.Errorf("%w: disk went away", idem.ErrUnavailable)
 }
 
@@ -25,7 +27,7 @@ func (noCompleteBackend) Complete(context.Context, string, string, uint64, idem.
 // handler's response, which the record does not hold (and never 503 "safe
 // to retry"); OnError hears of it, and a retry does not run it again.
 func TestMiddleware_OutcomeNotRecorded(t *testing.T) {
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,18 @@ import (
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 )
 
 // A refund tool behind the middleware of a single-tenant server: the same
 // key twice, one refund.
 func ExampleMiddleware() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	defer store.Close()
 
 	var refunds atomic.Int32
@@ -93,7 +95,7 @@ func ExampleNewClient() {
 	client := idemhttp.NewClient(nil)
 
 	runID, step := "run-2f9c", 4
-	key := idem.StepKey(runID, step, "refund") // stored with the step and its arguments
+	key := idem.KeyDeriver{}.Step(runID, step, "refund") // stored with the step and its arguments
 	for range 2 {
 		req, _ := http.NewRequest("POST", srv.URL+"/refunds", strings.NewReader(`{"amount":"12.50"}`))
 		resp, err := client.Do(idemhttp.WithKey(req, key))
@@ -111,20 +113,21 @@ func ExampleNewClient() {
 
 func ExampleWithKey() {
 	req, _ := http.NewRequest("POST", "http://127.0.0.1:8080/refunds", nil)
-	keyed := idemhttp.WithKey(req, idem.EffectKey("run-2f9c", "refund:order-123"))
+	keyed := idemhttp.WithKey(req, idem.KeyDeriver{}.Effect("run-2f9c", "refund:order-123"))
 	fmt.Println(keyed.Header.Get(idemhttp.HeaderKey) != "", req.Header.Get(idemhttp.HeaderKey) == "")
 	// Output:
 	// true true
 }
 
 func ExampleStatusPolicy() {
-	store, err := idem.Open("", &idem.Options{
-		Badger: idem.BadgerOptions{InMemory: true},
-		Policy: idemhttp.StatusPolicy, // a 429 is released, not replayed
-	})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{
+
+		Policy: idemhttp.StatusPolicy, // a 429 is released, not replayed
+	})
 	defer store.Close()
 	for _, status := range []int{201, 409, 429, 503} {
 		fmt.Println(status, idemhttp.StatusPolicy(idem.Result{Status: status}, nil))
@@ -140,10 +143,11 @@ func ExampleStatusPolicy() {
 // verified: two tenants sending the same key and body are two refunds, and
 // a tenant's retry after a token refresh still replays its own.
 func ExamplePrincipalScope() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	defer store.Close()
 
 	var refunds atomic.Int32
@@ -187,10 +191,11 @@ func ExamplePrincipalScope() {
 // A handler passes the key downstream as the store holds it: a client
 // that sends the structured-field form "refund:o-1" means refund:o-1.
 func ExampleKeyFromContext() {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	defer store.Close()
 	refund := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, _ := idemhttp.KeyFromContext(r.Context())

@@ -26,7 +26,7 @@ const HeaderFencingToken = "Idempotency-Fencing-Token"
 // keeps the key longer than the effect can be retried: a late request
 // with the same key gets the first one's answer instead of acting again.
 // Use the same key there as here only when the downstream effect is the
-// whole of this effect; otherwise derive one (idem.EffectKey).
+// whole of this effect; otherwise derive one (idem.KeyDeriver.Effect).
 func SetFence(ctx context.Context, r *http.Request) bool {
 	c, ok := idem.ClaimFromContext(ctx)
 	if !ok {

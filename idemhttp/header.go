@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // Header names of the Idempotency-Key contract.
@@ -18,7 +19,7 @@ const (
 
 // WithKey returns a shallow copy of req (its headers cloned) that carries
 // key in the Idempotency-Key header. Derive the key once per intended
-// effect, when the agent plans it (idem.StepKey, idem.EffectKey), and send
+// effect, when the agent plans it (idem.KeyDeriver), and send
 // the same key on every retry, restart and replay of that effect.
 func WithKey(req *http.Request, key string) *http.Request {
 	r := req.Clone(req.Context())
@@ -41,7 +42,7 @@ func parseKey(values []string) (string, error) {
 		}
 		v = u
 	}
-	if err := idem.ValidateKey(v); err != nil {
+	if err := backend.ValidateKey(v); err != nil {
 		return "", err
 	}
 	return v, nil

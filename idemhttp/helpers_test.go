@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -29,14 +30,14 @@ func newStore(t testing.TB, o *idem.Options) *idem.Store {
 	if o != nil {
 		opts = *o
 	}
-	opts.Badger.InMemory = true
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = -1
 	}
-	s, err := idem.Open("", &opts)
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
+	s := idem.New(mem, &opts)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

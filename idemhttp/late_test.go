@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemtest"
 )
 
 // sharedBackend lets two Stores share one Badger backend (the test closes
 // it), keeping its LateCompleter.
-type sharedBackend struct{ *idem.BadgerBackend }
+type sharedBackend struct{ *badgerstore.Backend }
 
 func (sharedBackend) Close() error { return nil }
 
@@ -41,7 +42,7 @@ type lateSetup struct {
 
 func newLateSetup(t *testing.T, stream bool) *lateSetup {
 	t.Helper()
-	bk, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+	bk, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

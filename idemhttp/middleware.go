@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // Defaults for zero Options fields.
 const (
-	DefaultMaxBodyBytes     = 1 << 20
 	DefaultMaxResponseBytes = 1 << 20
 	DefaultRetryAfter       = time.Second
 	DefaultUnknownStatus    = http.StatusServiceUnavailable
@@ -219,7 +219,7 @@ func newMiddleware(store *idem.Store, opts *Options) *middleware {
 		m.route = defaultRoute
 	}
 	if m.maxBody == 0 {
-		m.maxBody = DefaultMaxBodyBytes
+		m.maxBody = idem.DefaultMaxBodyBytes
 	}
 	if m.maxResponse == 0 {
 		m.maxResponse = DefaultMaxResponseBytes
@@ -268,12 +268,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if err != nil {
 		writeProblem(w, Problem{Type: ProblemInvalidKey, Title: "Idempotency-Key invalid", Status: http.StatusBadRequest,
 			Detail: strings.TrimPrefix(err.Error(), "idem: ") +
-				fmt.Sprintf("; a key is 1 to %d printable ASCII characters", idem.MaxKeyLen)}, 0)
+				fmt.Sprintf("; a key is 1 to %d printable ASCII characters", backend.MaxKeyLen)}, 0)
 		return
 	}
 	scope, err := m.scope(r)
 	if err == nil {
-		err = idem.ValidateScope(scope)
+		err = backend.ValidateScope(scope)
 	}
 	if err != nil {
 		p := Problem{Type: ProblemInvalidScope, Title: "Idempotency scope not determined", Status: http.StatusBadRequest,

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -234,7 +236,7 @@ func TestMiddleware_MissingOrInvalidKey(t *testing.T) {
 	for name, extra := range map[string][]string{
 		"empty":         {idemhttp.HeaderKey, ""},
 		"empty quoted":  {idemhttp.HeaderKey, `""`},
-		"too long":      {idemhttp.HeaderKey, strings.Repeat("k", idem.MaxKeyLen+1)},
+		"too long":      {idemhttp.HeaderKey, strings.Repeat("k", backend.MaxKeyLen+1)},
 		"not ascii":     {idemhttp.HeaderKey, "schlüssel"},
 		"bad quoting":   {idemhttp.HeaderKey, `"a"b"`},
 		"bad escape":    {idemhttp.HeaderKey, `"a\b"`},
@@ -304,14 +306,14 @@ func TestMiddleware_Methods(t *testing.T) {
 }
 
 // failingBackend fails every claim, as a backend whose disk went away.
-type failingBackend struct{ idem.Backend }
+type failingBackend struct{ backend.Backend }
 
-func (failingBackend) Claim(context.Context, string, string, idem.ClaimArgs) (*idem.Record, bool, error) {
+func (failingBackend) Claim(context.Context, string, string, backend.ClaimArgs) (*idem.Record, bool, error) {
 	return nil, false, fmt.Errorf("%w: disk went away", idem.ErrUnavailable)
 }
 
 func TestMiddleware_Unavailable(t *testing.T) {
-	b, err := idem.OpenBadger("", idem.BadgerOptions{InMemory: true})
+	b, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ const (
 	// ProblemMissingKey: a method that needs a key came without an
 	// Idempotency-Key header. Status 400.
 	ProblemMissingKey = "https://idemkit.dev/problems/missing-key"
-	// ProblemInvalidKey: the key is empty, longer than idem.MaxKeyLen, not
+	// ProblemInvalidKey: the key is empty, longer than backend.MaxKeyLen, not
 	// printable ASCII, a malformed quoted string, or sent more than once.
 	// Status 400.
 	ProblemInvalidKey = "https://idemkit.dev/problems/invalid-key"

@@ -39,7 +39,7 @@ func PrincipalFromContext(ctx context.Context) (string, bool) {
 // subject WithPrincipal put in the request's context. A request without
 // one is refused with 401 (the error wraps ErrUnauthenticated) and its
 // handler does not run: mount the middleware inside the authentication
-// layer. The subject must be a valid idem scope (idem.ValidateScope), or
+// layer. The subject must be a valid idem scope (backend.ValidateScope), or
 // the request gets 400.
 func PrincipalScope(r *http.Request) (string, error) {
 	if s, ok := PrincipalFromContext(r.Context()); ok {

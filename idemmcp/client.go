@@ -109,7 +109,7 @@ func (c *Client) CallStep(ctx context.Context, step idem.Step) (*mcp.CallToolRes
 	return c.CallTool(ctx, p, step.Key)
 }
 
-// CallTool calls the tool with key (from idem.StepKey, idem.EffectKey or
+// CallTool calls the tool with key (from idem.KeyDeriver's Step or Effect, or
 // a Journal's step), retrying as the Client's doc says. When it gives up
 // it returns a *RetryError.
 func (c *Client) CallTool(ctx context.Context, p *mcp.CallToolParams, key string) (*mcp.CallToolResult, error) {

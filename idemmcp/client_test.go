@@ -86,7 +86,7 @@ func TestClient_ReconnectsAfterLostResponse(t *testing.T) {
 		return mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "v0"}, nil).Connect(ctx, ct, nil)
 	}}
 	res, err := c.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund_order",
-		Arguments: map[string]any{"order_id": "o-1", "amount_cents": 5}}, idem.StepKey("run-1", 3, "refund_order"))
+		Arguments: map[string]any{"order_id": "o-1", "amount_cents": 5}}, idem.KeyDeriver{}.Step("run-1", 3, "refund_order"))
 	if err != nil {
 		t.Fatal(err)
 	}

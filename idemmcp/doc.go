@@ -17,7 +17,7 @@
 // retries with it:
 //
 //	client := &idemmcp.Client{Session: session}
-//	res, err := client.CallTool(ctx, params, idem.StepKey(runID, step, "refund_order"))
+//	res, err := client.CallTool(ctx, params, idem.KeyDeriver{}.Step(runID, step, "refund_order"))
 //
 // # Semantics
 //

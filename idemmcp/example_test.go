@@ -6,6 +6,7 @@ import (
 	"log"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemmcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -13,10 +14,11 @@ import (
 // openStore opens an in-memory store for the examples; a server passes a
 // directory to idem.Open.
 func openStore() *idem.Store {
-	store, err := idem.Open("", &idem.Options{Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{})
 	return store
 }
 
@@ -158,7 +160,7 @@ func ExampleClient_CallTool() {
 
 	client := &idemmcp.Client{Session: connectInMemory(server)}
 	defer client.Session.Close()
-	key := idem.EffectKey("run-7", "refund:o-1") // the same for every attempt of this run
+	key := idem.KeyDeriver{}.Effect("run-7", "refund:o-1") // the same for every attempt of this run
 	for range 2 {
 		res, err := client.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund_order",
 			Arguments: Refund{OrderID: "o-1", AmountCents: 1250}}, key)

@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -86,7 +86,7 @@ func (g *Guard) scope(ctx context.Context, tool string, req *mcp.CallToolRequest
 	default:
 		return "", fmt.Errorf("%w: the server scopes keys by the caller's principal, and this call has none", ErrUnauthenticated)
 	}
-	if err := idem.ValidateScope(s); err != nil {
+	if err := backend.ValidateScope(s); err != nil {
 		return "", fmt.Errorf("tool name too long for a scope: %w", err)
 	}
 	return s, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemmcp"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -13,7 +14,7 @@ import (
 
 // sharedBackend lets two Stores share one Badger backend (the test closes
 // it), keeping its LateCompleter.
-type sharedBackend struct{ *idem.BadgerBackend }
+type sharedBackend struct{ *badgerstore.Backend }
 
 func (sharedBackend) Close() error { return nil }
 
@@ -28,7 +29,7 @@ const refundScope = `mcp:"refund_order"`
 func pausedCall(t *testing.T, key string, claimAgain bool) (cs *mcp.ClientSession, b *idem.Store, newer *idem.Claim, finish func() *mcp.CallToolResult) {
 	t.Helper()
 	const lease = 10 * time.Second
-	bk, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+	bk, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

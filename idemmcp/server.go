@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -202,9 +203,9 @@ func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolReque
 		}
 		return refusal(StatusMissingKey, "", 0, g.missingKeyText(tool)), nil
 	}
-	if err := idem.ValidateKey(key); err != nil {
+	if err := backend.ValidateKey(key); err != nil {
 		return refusal(StatusInvalidKey, "", 0, fmt.Sprintf("the idempotency key of this %s call is not valid: "+
-			"a key is 1 to %d printable ASCII characters; nothing ran", tool, idem.MaxKeyLen)), nil
+			"a key is 1 to %d printable ASCII characters; nothing ran", tool, backend.MaxKeyLen)), nil
 	}
 	scope, err := g.scope(ctx, tool, req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemmcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -127,7 +128,7 @@ func TestAddTool_MissingKey(t *testing.T) {
 func TestAddTool_InvalidKey(t *testing.T) {
 	r := &refunds{}
 	cs := connect(t, newServer(shared(t, nil), r), "")
-	for _, key := range []any{strings.Repeat("k", idem.MaxKeyLen+1), "caf\u00e9", 42} {
+	for _, key := range []any{strings.Repeat("k", backend.MaxKeyLen+1), "caf\u00e9", 42} {
 		p := &mcp.CallToolParams{Name: "refund_order", Arguments: map[string]any{"order_id": "o", "amount_cents": 1},
 			Meta: mcp.Meta{idemmcp.MetaKey: key}}
 		res, err := cs.CallTool(context.Background(), p)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemotel"
 )
@@ -31,10 +32,11 @@ func ExampleTelemetry_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := idem.Open("", &idem.Options{Observer: tel, Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{Observer: tel})
 	defer store.Close()
 
 	refund := func(ctx context.Context) (idem.Result, error) {
@@ -90,10 +92,11 @@ func ExampleTelemetry_Middleware() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := idem.Open("", &idem.Options{Observer: tel, Badger: idem.BadgerOptions{InMemory: true}})
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true}) // the embedded store, in memory
 	if err != nil {
 		log.Fatal(err)
 	}
+	store := idem.New(mem, &idem.Options{Observer: tel})
 	defer store.Close()
 
 	refunds := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -34,7 +36,7 @@ var epoch = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // newRig opens the store with opts (nil for defaults); the store's
 // Observer is the Telemetry, its clock a fake one, its sweep off. wrap, if
 // set, wraps the Badger backend.
-func newRig(t testing.TB, opts *idem.Options, wrap func(idem.Backend, *idemtest.Clock) idem.Backend,
+func newRig(t testing.TB, opts *idem.Options, wrap func(backend.Backend, *idemtest.Clock) backend.Backend,
 	tune ...func(*idemotel.Options)) *rig {
 	t.Helper()
 	r := &rig{spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader(),
@@ -63,8 +65,8 @@ func newRig(t testing.TB, opts *idem.Options, wrap func(idem.Backend, *idemtest.
 	if wrap == nil {
 		r.store, err = idem.Open(dir, &o)
 	} else {
-		var b *idem.BadgerBackend
-		b, err = idem.OpenBadger(dir, idem.BadgerOptions{})
+		var b *badgerstore.Backend
+		b, err = badgerstore.Open(dir, badgerstore.Options{})
 		if err == nil {
 			r.store = idem.New(wrap(b, r.clock), &o)
 		}

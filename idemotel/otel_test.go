@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemotel"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -260,18 +261,18 @@ func TestTelemetry_Do_PanicReleasesAndReRaises(t *testing.T) {
 // slowCommits advances the fake clock while the backend commits, as a
 // slow disk would take time.
 type slowCommits struct {
-	idem.Backend
+	backend.Backend
 	clock *idemtest.Clock
 	took  time.Duration
 }
 
-func (b slowCommits) Complete(ctx context.Context, scope, key string, token uint64, c idem.Completion) error {
+func (b slowCommits) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
 	b.clock.Advance(b.took)
 	return b.Backend.Complete(ctx, scope, key, token, c)
 }
 
 func TestTelemetry_CommitDuration(t *testing.T) {
-	r := newRig(t, nil, func(b idem.Backend, c *idemtest.Clock) idem.Backend {
+	r := newRig(t, nil, func(b backend.Backend, c *idemtest.Clock) backend.Backend {
 		return slowCommits{Backend: b, clock: c, took: 7 * time.Millisecond}
 	})
 	for i := range 3 {

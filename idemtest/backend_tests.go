@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
 // These tests call the Backend's primitives directly.
 
-func closeBackend(t testing.TB, b idem.Backend) {
+func closeBackend(t testing.TB, b backend.Backend) {
 	t.Cleanup(func() { require.NoError(t, b.Close()) })
 }
 
-func args(fp string, now time.Time) idem.ClaimArgs {
-	return idem.ClaimArgs{Fingerprint: fp, Now: now, LeaseEnds: now.Add(lease), Retention: retention, Owner: "test"}
+func args(fp string, now time.Time) backend.ClaimArgs {
+	return backend.ClaimArgs{Fingerprint: fp, Now: now, LeaseEnds: now.Add(lease), Retention: retention, Owner: "test"}
 }
 
 func testBackendClaim(t *testing.T, nb NewBackend) {
@@ -25,12 +25,12 @@ func testBackendClaim(t *testing.T, nb NewBackend) {
 	now := epoch
 
 	_, err := b.Get(ctx, "s", "k")
-	require.ErrorIs(t, err, idem.ErrNotFound)
+	require.ErrorIs(t, err, backend.ErrNotFound)
 
 	rec, claimed, err := b.Claim(ctx, "s", "k", args("fp1", now))
 	require.NoError(t, err)
 	require.True(t, claimed)
-	require.Equal(t, idem.StateInProgress, rec.State)
+	require.Equal(t, backend.StateInProgress, rec.State)
 	require.Equal(t, "s", rec.Scope)
 	require.Equal(t, "k", rec.Key)
 	require.Equal(t, "fp1", rec.Fingerprint)
@@ -47,7 +47,7 @@ func testBackendClaim(t *testing.T, nb NewBackend) {
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.Equal(t, rec.Token, got.Token)
-	require.Equal(t, idem.StateInProgress, got.State)
+	require.Equal(t, backend.StateInProgress, got.State)
 
 	// A stale in-progress claim is not taken over by Claim: only recovery
 	// (fenced Release or Complete) may end it.
@@ -56,12 +56,12 @@ func testBackendClaim(t *testing.T, nb NewBackend) {
 	require.False(t, claimed)
 
 	// Done: not claimable until it expires, claimable at its expiry.
-	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{
 		Result: okResult(`{"ok":true}`), At: now, ExpiresAt: now.Add(retention)}))
 	done, claimed, err := b.Claim(ctx, "s", "k", args("fp1", now.Add(retention-time.Nanosecond)))
 	require.NoError(t, err)
 	require.False(t, claimed)
-	require.Equal(t, idem.StateDone, done.State)
+	require.Equal(t, backend.StateDone, done.State)
 	require.Equal(t, `{"ok":true}`, string(done.Result.Body))
 	require.Equal(t, 200, done.Result.Status)
 	require.Equal(t, []string{"application/json"}, done.Result.Header["Content-Type"])
@@ -75,11 +75,11 @@ func testBackendClaim(t *testing.T, nb NewBackend) {
 	require.Nil(t, fresh.Result)
 
 	// Released: claimable at once, and the story goes on.
-	require.NoError(t, b.Release(ctx, "s", "k", fresh.Token, idem.Releasing{
+	require.NoError(t, b.Release(ctx, "s", "k", fresh.Token, backend.Releasing{
 		At: now.Add(retention), ExpiresAt: now.Add(2 * retention), Reason: "test"}))
 	rel, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
-	require.Equal(t, idem.StateReleased, rel.State)
+	require.Equal(t, backend.StateReleased, rel.State)
 	next, claimed, err := b.Claim(ctx, "s", "k", args("fp9", now.Add(retention+time.Second)))
 	require.NoError(t, err)
 	require.True(t, claimed)
@@ -94,7 +94,7 @@ func testBackendClaimBrief(t *testing.T, nb NewBackend) {
 	b := nb(t)
 	closeBackend(t, b)
 	now := epoch
-	brief := func(fp string, at time.Time) idem.ClaimArgs {
+	brief := func(fp string, at time.Time) backend.ClaimArgs {
 		a := args(fp, at)
 		a.Brief = true
 		return a
@@ -106,12 +106,12 @@ func testBackendClaimBrief(t *testing.T, nb NewBackend) {
 	open, claimed, err := b.Claim(ctx, "s", "k", brief("fp2", now.Add(time.Second)))
 	require.NoError(t, err)
 	require.False(t, claimed)
-	require.Equal(t, idem.StateInProgress, open.State)
+	require.Equal(t, backend.StateInProgress, open.State)
 	require.Equal(t, rec.Token, open.Token)
 	require.Equal(t, 1, open.Claims, "an open claim is whole")
 	require.True(t, open.LeaseEnds.Equal(rec.LeaseEnds), "an open claim is whole")
 
-	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{
 		Result: okResult(`{"ok":true}`), At: now, ExpiresAt: now.Add(retention)}))
 	whole, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func testBackendClaimBrief(t *testing.T, nb NewBackend) {
 	require.False(t, claimed)
 	require.Equal(t, "s", done.Scope)
 	require.Equal(t, "k", done.Key)
-	require.Equal(t, idem.StateDone, done.State)
+	require.Equal(t, backend.StateDone, done.State)
 	require.Equal(t, "fp1", done.Fingerprint)
 	require.Equal(t, whole.Token, done.Token)
 	require.True(t, done.ExpiresAt.Equal(whole.ExpiresAt))
@@ -141,19 +141,19 @@ func testBackendFenced(t *testing.T, nb NewBackend) {
 	require.NoError(t, err)
 	bad := rec.Token + 1000
 
-	var fe *idem.FencedError
-	err = b.Complete(ctx, "s", "k", bad, idem.Completion{Result: okResult("x"), At: now, ExpiresAt: now.Add(retention)})
-	require.ErrorIs(t, err, idem.ErrFenced)
+	var fe *backend.FencedError
+	err = b.Complete(ctx, "s", "k", bad, backend.Completion{Result: okResult("x"), At: now, ExpiresAt: now.Add(retention)})
+	require.ErrorIs(t, err, backend.ErrFenced)
 	require.True(t, errors.As(err, &fe))
 	require.Equal(t, bad, fe.Token)
-	require.ErrorIs(t, b.Release(ctx, "s", "k", bad, idem.Releasing{At: now, ExpiresAt: now}), idem.ErrFenced)
-	require.ErrorIs(t, b.Extend(ctx, "s", "k", bad, now.Add(time.Hour)), idem.ErrFenced)
-	require.ErrorIs(t, b.Defer(ctx, "s", "k", bad, idem.Deferral{Checks: 3}), idem.ErrFenced)
-	require.ErrorIs(t, b.Complete(ctx, "s", "other", rec.Token, idem.Completion{At: now, ExpiresAt: now}), idem.ErrFenced)
+	require.ErrorIs(t, b.Release(ctx, "s", "k", bad, backend.Releasing{At: now, ExpiresAt: now}), backend.ErrFenced)
+	require.ErrorIs(t, b.Extend(ctx, "s", "k", bad, now.Add(time.Hour)), backend.ErrFenced)
+	require.ErrorIs(t, b.Defer(ctx, "s", "k", bad, backend.Deferral{Checks: 3}), backend.ErrFenced)
+	require.ErrorIs(t, b.Complete(ctx, "s", "other", rec.Token, backend.Completion{At: now, ExpiresAt: now}), backend.ErrFenced)
 
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
-	require.Equal(t, idem.StateInProgress, got.State)
+	require.Equal(t, backend.StateInProgress, got.State)
 	require.True(t, got.LeaseEnds.Equal(rec.LeaseEnds), "a fenced call changed the record")
 	require.Zero(t, got.Checks)
 
@@ -162,14 +162,14 @@ func testBackendFenced(t *testing.T, nb NewBackend) {
 	got, err = b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.True(t, got.LeaseEnds.Equal(now.Add(time.Hour)))
-	require.NoError(t, b.Defer(ctx, "s", "k", rec.Token, idem.Deferral{Checks: 2, NextCheck: now.Add(time.Minute)}))
+	require.NoError(t, b.Defer(ctx, "s", "k", rec.Token, backend.Deferral{Checks: 2, NextCheck: now.Add(time.Minute)}))
 	got, err = b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.Equal(t, 2, got.Checks)
 	require.True(t, got.NextCheck.Equal(now.Add(time.Minute)))
-	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: okResult("x"), At: now, ExpiresAt: now.Add(retention)}))
-	require.ErrorIs(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: okResult("y"), At: now, ExpiresAt: now.Add(retention)}), idem.ErrFenced)
-	require.ErrorIs(t, b.Release(ctx, "s", "k", rec.Token, idem.Releasing{At: now, ExpiresAt: now}), idem.ErrFenced)
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: okResult("x"), At: now, ExpiresAt: now.Add(retention)}))
+	require.ErrorIs(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: okResult("y"), At: now, ExpiresAt: now.Add(retention)}), backend.ErrFenced)
+	require.ErrorIs(t, b.Release(ctx, "s", "k", rec.Token, backend.Releasing{At: now, ExpiresAt: now}), backend.ErrFenced)
 	got, err = b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.Equal(t, "x", string(got.Result.Body), "a fenced Complete overwrote the result")
@@ -192,9 +192,9 @@ func testBackendStale(t *testing.T, nb NewBackend) {
 	}
 	done, _, err := b.Claim(ctx, "s", "done", args("fp", now))
 	require.NoError(t, err)
-	require.NoError(t, b.Complete(ctx, "s", "done", done.Token, idem.Completion{Result: okResult("d"), At: now, ExpiresAt: now.Add(retention)}))
-	require.NoError(t, b.Defer(ctx, "s", keyN("k", 1), tokens[keyN("k", 1)], idem.Deferral{Checks: 1, NextCheck: now.Add(time.Hour)}))
-	require.NoError(t, b.Defer(ctx, "s", keyN("k", 2), tokens[keyN("k", 2)], idem.Deferral{Checks: 5, Attention: true}))
+	require.NoError(t, b.Complete(ctx, "s", "done", done.Token, backend.Completion{Result: okResult("d"), At: now, ExpiresAt: now.Add(retention)}))
+	require.NoError(t, b.Defer(ctx, "s", keyN("k", 1), tokens[keyN("k", 1)], backend.Deferral{Checks: 1, NextCheck: now.Add(time.Hour)}))
+	require.NoError(t, b.Defer(ctx, "s", keyN("k", 2), tokens[keyN("k", 2)], backend.Deferral{Checks: 5, Attention: true}))
 
 	stale, err := b.Stale(ctx, now, 10)
 	require.NoError(t, err)
@@ -205,7 +205,7 @@ func testBackendStale(t *testing.T, nb NewBackend) {
 	keys := []string{}
 	for _, r := range stale {
 		keys = append(keys, r.Key)
-		require.Equal(t, idem.StateInProgress, r.State)
+		require.Equal(t, backend.StateInProgress, r.State)
 	}
 	require.Equal(t, []string{keyN("k", 5), keyN("k", 4), keyN("k", 3)}, keys,
 		"stale claims come oldest lease first, without deferred, attention or done records")
@@ -232,9 +232,9 @@ func testBackendReclaim(t *testing.T, nb NewBackend) {
 		require.NoError(t, err)
 		exp := now.Add(time.Duration(i+1) * time.Minute)
 		if i%2 == 0 {
-			require.NoError(t, b.Complete(ctx, "s", rec.Key, rec.Token, idem.Completion{Result: okResult("r"), At: now, ExpiresAt: exp}))
+			require.NoError(t, b.Complete(ctx, "s", rec.Key, rec.Token, backend.Completion{Result: okResult("r"), At: now, ExpiresAt: exp}))
 		} else {
-			require.NoError(t, b.Release(ctx, "s", rec.Key, rec.Token, idem.Releasing{At: now, ExpiresAt: exp}))
+			require.NoError(t, b.Release(ctx, "s", rec.Key, rec.Token, backend.Releasing{At: now, ExpiresAt: exp}))
 		}
 	}
 	live, _, err := b.Claim(ctx, "s", "live", args("fp", now))
@@ -252,7 +252,7 @@ func testBackendReclaim(t *testing.T, nb NewBackend) {
 	require.Len(t, refs2, 2, "the rest that is due, and nothing more")
 	for _, r := range append(refs, refs2...) {
 		_, err := b.Get(ctx, "s", r.Key)
-		require.ErrorIs(t, err, idem.ErrNotFound)
+		require.ErrorIs(t, err, backend.ErrNotFound)
 	}
 	_, err = b.Get(ctx, "s", keyN("k", 5))
 	require.NoError(t, err, "a record not yet expired is kept")
@@ -279,7 +279,7 @@ func testBackendCopies(t *testing.T, nb NewBackend) {
 	rec, _, err := b.Claim(ctx, "s", "k", args("fp", epoch))
 	require.NoError(t, err)
 	res := okResult("body")
-	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: res, At: epoch, ExpiresAt: epoch.Add(retention)}))
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: res, At: epoch, ExpiresAt: epoch.Add(retention)}))
 	res.Body[0] = 'X'
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,13 +19,13 @@ func testBackendEnding(t *testing.T, nb NewBackend) {
 	rec, _, err := b.Claim(ctx, "s", "k", args("fp", epoch))
 	require.NoError(t, err)
 	at := epoch.Add(time.Second)
-	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, idem.Releasing{At: at, ExpiresAt: at.Add(retention),
-		Reason: "r", Ending: idem.Ending{At: at.Add(1), Outcome: "outcome one", Reason: "reason one", Status: 7}}))
+	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, backend.Releasing{At: at, ExpiresAt: at.Add(retention),
+		Reason: "r", Ending: backend.Ending{At: at.Add(1), Outcome: "outcome one", Reason: "reason one", Status: 7}}))
 	next, claimed, err := b.Claim(ctx, "s", "k", args("fp", at))
 	require.NoError(t, err)
 	require.True(t, claimed)
-	require.NoError(t, b.Complete(ctx, "s", "k", next.Token, idem.Completion{Result: okResult("x"), At: at,
-		ExpiresAt: at.Add(retention), Ending: idem.Ending{At: at.Add(2), Outcome: "outcome two", Status: 9}}))
+	require.NoError(t, b.Complete(ctx, "s", "k", next.Token, backend.Completion{Result: okResult("x"), At: at,
+		ExpiresAt: at.Add(retention), Ending: backend.Ending{At: at.Add(2), Outcome: "outcome two", Status: 9}}))
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.Len(t, got.Attempts, 2)
@@ -42,11 +43,11 @@ func testBackendEnding(t *testing.T, nb NewBackend) {
 // claimCounter counts a backend's Claim calls: every Begin the Store does
 // not answer from its replay cache makes one.
 type claimCounter struct {
-	idem.Backend
+	backend.Backend
 	n atomic.Int64
 }
 
-func (c *claimCounter) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs) (*idem.Record, bool, error) {
+func (c *claimCounter) Claim(ctx context.Context, scope, key string, a backend.ClaimArgs) (*backend.Record, bool, error) {
 	c.n.Add(1)
 	return c.Backend.Claim(ctx, scope, key, a)
 }
@@ -55,9 +56,9 @@ func (c *claimCounter) Claim(ctx context.Context, scope, key string, a idem.Clai
 // or read without a backend call, on every backend, never past their
 // expiry, and hands out results the caller's later changes do not reach.
 func testReplayCache(t *testing.T, nb NewBackend) {
-	var inner idem.Backend
+	var inner backend.Backend
 	cc := &claimCounter{}
-	e := newEnv(t, func(t testing.TB) idem.Backend {
+	e := newEnv(t, func(t testing.TB) backend.Backend {
 		inner = nb(t)
 		cc.Backend = inner
 		return cc
@@ -79,7 +80,7 @@ func testReplayCache(t *testing.T, nb NewBackend) {
 	// A done record stored by someone else is read once, then cached.
 	pre, _, err := inner.Claim(ctx, "tenant-a", "pre", args("fp", e.clk.Now()))
 	require.NoError(t, err)
-	require.NoError(t, inner.Complete(ctx, "tenant-a", "pre", pre.Token, idem.Completion{Result: okResult("pre"),
+	require.NoError(t, inner.Complete(ctx, "tenant-a", "pre", pre.Token, backend.Completion{Result: okResult("pre"),
 		At: e.clk.Now(), ExpiresAt: e.clk.Now().Add(retention)}))
 	for range 3 {
 		require.Equal(t, "pre", string(e.replay(req("pre", "fp")).Body))
@@ -108,7 +109,7 @@ func testReplayCache(t *testing.T, nb NewBackend) {
 // completed by its holder.
 func testReplayCacheRecovery(t *testing.T, nb NewBackend) {
 	cc := &claimCounter{}
-	e := newEnv(t, func(t testing.TB) idem.Backend { cc.Backend = nb(t); return cc },
+	e := newEnv(t, func(t testing.TB) backend.Backend { cc.Backend = nb(t); return cc },
 		withResolver(answer(idem.VerdictCommitted, okResult("downstream"))))
 	r := req("k", "fp")
 	e.claim(r)

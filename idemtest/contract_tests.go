@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ func testContractClaimAbsent(t *testing.T, nb NewBackend) {
 	require.NotZero(t, c.Token())
 	require.True(t, c.LeaseEnds().Equal(epoch.Add(lease)))
 	rec := e.get(r)
-	require.Equal(t, idem.StateInProgress, rec.State)
+	require.Equal(t, backend.StateInProgress, rec.State)
 	require.Equal(t, c.Token(), rec.Token)
 	require.NoError(t, c.Complete(ctx, okResult(`{"refund":"r1"}`)))
 	require.ErrorIs(t, c.Complete(ctx, okResult(`{}`)), idem.ErrClaimDone)
@@ -45,7 +46,7 @@ func testContractInProgress(t *testing.T, nb NewBackend) {
 
 	// Do does not run fn for a key in progress.
 	ran := false
-	_, _, err = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { ran = true; return idem.Result{}, nil })
+	_, _, err = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { ran = true; return backend.Result{}, nil })
 	require.ErrorIs(t, err, idem.ErrInProgress)
 	require.False(t, ran)
 	require.Equal(t, 2, e.events.count(idem.EventInProgress, "k"))
@@ -55,7 +56,7 @@ func testContractReplay(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp-a")
 	runs := 0
-	fn := func(context.Context) (idem.Result, error) {
+	fn := func(context.Context) (backend.Result, error) {
 		runs++
 		return okResult(`{"n":1}`), nil
 	}
@@ -92,11 +93,11 @@ func testContractMismatch(t *testing.T, nb NewBackend) {
 	// Done with another fingerprint.
 	require.NoError(t, c.Complete(ctx, okResult("x")))
 	ran := false
-	_, _, err = e.store.Do(ctx, req("k", "fp-b"), func(context.Context) (idem.Result, error) { ran = true; return idem.Result{}, nil })
+	_, _, err = e.store.Do(ctx, req("k", "fp-b"), func(context.Context) (backend.Result, error) { ran = true; return backend.Result{}, nil })
 	require.ErrorIs(t, err, idem.ErrMismatch)
 	require.False(t, ran)
 	// Stale with another fingerprint: mismatch, and the resolver is not asked.
-	res := answer(idem.VerdictNotCommitted, idem.Result{})
+	res := answer(idem.VerdictNotCommitted, backend.Result{})
 	e2 := newEnv(t, nb, withResolver(res))
 	e2.claim(req("k", "fp-a"))
 	e2.clk.Advance(2 * lease)
@@ -111,26 +112,26 @@ func testContractInvalidKey(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	bad := []idem.Request{
 		{Key: ""},
-		{Key: strings.Repeat("k", idem.MaxKeyLen+1)},
+		{Key: strings.Repeat("k", backend.MaxKeyLen+1)},
 		{Key: "tab\tkey"},
 		{Key: "nul\x00"},
 		{Key: "caf\u00e9"},
 		{Key: "del\x7f"},
-		{Key: "ok", Scope: strings.Repeat("s", idem.MaxScopeLen+1)},
+		{Key: "ok", Scope: strings.Repeat("s", backend.MaxScopeLen+1)},
 		{Key: "ok", Scope: "bad\nscope"},
 		{Key: "ok", Scope: "\xff\xfe"},
 	}
 	for _, r := range bad {
 		_, _, err := e.store.Begin(ctx, r)
-		require.ErrorIs(t, err, idem.ErrInvalidKey, "%q/%q", r.Scope, r.Key)
+		require.ErrorIs(t, err, backend.ErrInvalidKey, "%q/%q", r.Scope, r.Key)
 		ran := false
-		_, _, err = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { ran = true; return idem.Result{}, nil })
-		require.ErrorIs(t, err, idem.ErrInvalidKey)
+		_, _, err = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { ran = true; return backend.Result{}, nil })
+		require.ErrorIs(t, err, backend.ErrInvalidKey)
 		require.False(t, ran)
 		_, err = e.store.Get(ctx, r.Scope, r.Key)
-		require.ErrorIs(t, err, idem.ErrInvalidKey)
+		require.ErrorIs(t, err, backend.ErrInvalidKey)
 	}
-	good := []string{"a", strings.Repeat("k", idem.MaxKeyLen), " spaces and ~punctuation! ", "550e8400-e29b-41d4-a716-446655440000"}
+	good := []string{"a", strings.Repeat("k", backend.MaxKeyLen), " spaces and ~punctuation! ", "550e8400-e29b-41d4-a716-446655440000"}
 	for _, k := range good {
 		e.claim(idem.Request{Key: k, Fingerprint: "fp"})
 	}
@@ -138,13 +139,13 @@ func testContractInvalidKey(t *testing.T, nb NewBackend) {
 
 func testContractUnavailable(t *testing.T, nb NewBackend) {
 	var f *failing
-	e := newEnv(t, func(t testing.TB) idem.Backend {
+	e := newEnv(t, func(t testing.TB) backend.Backend {
 		f = &failing{Backend: nb(t)}
 		return f
 	})
 	f.set(true)
 	ran := false
-	_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (idem.Result, error) { ran = true; return idem.Result{}, nil })
+	_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) { ran = true; return backend.Result{}, nil })
 	require.True(t, isUnavailable(err), "got %v", err)
 	require.False(t, ran, "the effect ran although the claim could not be stored")
 	f.set(false)
@@ -159,15 +160,15 @@ func testContractUnavailable(t *testing.T, nb NewBackend) {
 	requireNotRecorded(t, err)
 	f.set(false)
 	rec := e.get(req("k2", "fp"))
-	require.Equal(t, idem.StateInProgress, rec.State)
+	require.Equal(t, backend.StateInProgress, rec.State)
 
-	_, _, err = e.store.Do(ctx, req("k3", "fp"), func(context.Context) (idem.Result, error) {
+	_, _, err = e.store.Do(ctx, req("k3", "fp"), func(context.Context) (backend.Result, error) {
 		f.set(true)
 		return okResult("y"), nil
 	})
 	requireNotRecorded(t, err)
 	f.set(false)
-	require.Equal(t, idem.StateInProgress, e.get(req("k3", "fp")).State)
+	require.Equal(t, backend.StateInProgress, e.get(req("k3", "fp")).State)
 }
 
 func testContractClosed(t *testing.T, nb NewBackend) {
@@ -175,20 +176,20 @@ func testContractClosed(t *testing.T, nb NewBackend) {
 	require.NoError(t, e.store.Close())
 	require.NoError(t, e.store.Close(), "Close twice is fine")
 	_, _, err := e.store.Begin(ctx, req("k", "fp"))
-	require.ErrorIs(t, err, idem.ErrClosed)
-	_, _, err = e.store.Do(ctx, req("k", "fp"), func(context.Context) (idem.Result, error) { return idem.Result{}, nil })
-	require.ErrorIs(t, err, idem.ErrClosed)
+	require.ErrorIs(t, err, backend.ErrClosed)
+	_, _, err = e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) { return backend.Result{}, nil })
+	require.ErrorIs(t, err, backend.ErrClosed)
 	_, err = e.store.Get(ctx, "tenant-a", "k")
-	require.ErrorIs(t, err, idem.ErrClosed)
+	require.ErrorIs(t, err, backend.ErrClosed)
 	_, err = e.store.Sweep(ctx)
-	require.ErrorIs(t, err, idem.ErrClosed)
+	require.ErrorIs(t, err, backend.ErrClosed)
 }
 
 func testContractExpired(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp-a")
 	runs := 0
-	fn := func(context.Context) (idem.Result, error) { runs++; return okResult("r"), nil }
+	fn := func(context.Context) (backend.Result, error) { runs++; return okResult("r"), nil }
 	_, _, err := e.store.Do(ctx, r, fn)
 	require.NoError(t, err)
 	e.clk.Advance(retention - time.Nanosecond)
@@ -209,7 +210,7 @@ func testContractExpired(t *testing.T, nb NewBackend) {
 }
 
 func testFencing(t *testing.T, nb NewBackend) {
-	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, idem.Result{})))
+	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
 	r := req("k", "fp")
 	slow := e.claim(r)
 	e.clk.Advance(lease + time.Second)
@@ -218,8 +219,8 @@ func testFencing(t *testing.T, nb NewBackend) {
 	fresh := e.claim(r)
 	require.NotEqual(t, slow.Token(), fresh.Token())
 
-	require.ErrorIs(t, slow.Extend(ctx), idem.ErrFenced)
-	require.ErrorIs(t, slow.Complete(ctx, okResult("stale")), idem.ErrFenced)
+	require.ErrorIs(t, slow.Extend(ctx), backend.ErrFenced)
+	require.ErrorIs(t, slow.Complete(ctx, okResult("stale")), backend.ErrFenced)
 	require.ErrorIs(t, slow.Release(ctx, "late"), idem.ErrClaimDone)
 	require.NoError(t, fresh.Complete(ctx, okResult("fresh")))
 	require.Equal(t, "fresh", string(e.replay(r).Body))
@@ -230,7 +231,7 @@ func testFencing(t *testing.T, nb NewBackend) {
 	slow2 := e2.claim(r)
 	e2.clk.Advance(lease + time.Second)
 	require.Equal(t, "downstream", string(e2.replay(r).Body))
-	require.ErrorIs(t, slow2.Complete(ctx, okResult("late")), idem.ErrFenced)
+	require.ErrorIs(t, slow2.Complete(ctx, okResult("late")), backend.ErrFenced)
 	require.Equal(t, "downstream", string(e2.replay(r).Body))
 	require.GreaterOrEqual(t, e2.events.count(idem.EventFenced, "k"), 1)
 }
@@ -264,7 +265,7 @@ func testHeartbeat(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	ch := e.events.subscribe()
-	res, replayed, err := e.store.Do(ctx, r, func(fctx context.Context) (idem.Result, error) {
+	res, replayed, err := e.store.Do(ctx, r, func(fctx context.Context) (backend.Result, error) {
 		// Run for ten leases: the heartbeat must keep the claim live.
 		for range 30 {
 			e.clk.BlockUntil(1)
@@ -302,12 +303,12 @@ func testPolicyErrorReleases(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	boom := errors.New("downstream said no")
-	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return idem.Result{}, boom })
+	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return backend.Result{}, boom })
 	require.ErrorIs(t, err, boom)
 	require.False(t, replayed)
-	require.Equal(t, idem.StateReleased, e.get(r).State)
+	require.Equal(t, backend.StateReleased, e.get(r).State)
 	runs := 0
-	_, replayed, err = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { runs++; return okResult("ok"), nil })
+	_, replayed, err = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { runs++; return okResult("ok"), nil })
 	require.NoError(t, err)
 	require.False(t, replayed, "a released key runs again")
 	require.Equal(t, 1, runs)
@@ -317,12 +318,12 @@ func testPolicyErrorReleases(t *testing.T, nb NewBackend) {
 func testPolicy5xxReleases(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
-	_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return idem.Result{Status: 502}, nil })
+	_, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return backend.Result{Status: 502}, nil })
 	require.NoError(t, err)
-	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return idem.Result{Status: 201}, nil })
+	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return backend.Result{Status: 201}, nil })
 	require.NoError(t, err)
 	require.False(t, replayed)
-	res, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return idem.Result{Status: 299}, nil })
+	res, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return backend.Result{Status: 299}, nil })
 	require.NoError(t, err)
 	require.True(t, replayed)
 	require.Equal(t, 201, res.Status)
@@ -330,18 +331,18 @@ func testPolicy5xxReleases(t *testing.T, nb NewBackend) {
 
 func testPolicySave(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb, func(o *idem.Options) {
-		o.Policy = func(idem.Result, error) idem.Decision { return idem.DecisionSave }
+		o.Policy = func(backend.Result, error) idem.Decision { return idem.DecisionSave }
 		// This policy saves errors to replay them: keep their text.
 		o.ErrorText = error.Error
 	})
 	r := req("k", "fp")
-	_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
-		return idem.Result{Status: 500, Body: []byte("oops")}, errors.New("card declined")
+	_, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
+		return backend.Result{Status: 500, Body: []byte("oops")}, errors.New("card declined")
 	})
 	require.EqualError(t, err, "card declined")
-	res, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+	res, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 		t.Fatal("a saved failure must replay, not run again")
-		return idem.Result{}, nil
+		return backend.Result{}, nil
 	})
 	require.True(t, replayed)
 	var se *idem.SavedError
@@ -354,24 +355,24 @@ func testPolicySave(t *testing.T, nb NewBackend) {
 func testPolicyHold(t *testing.T, nb NewBackend) {
 	res := answer(idem.VerdictCommitted, okResult("from-downstream"))
 	e := newEnv(t, nb, withResolver(res), func(o *idem.Options) {
-		o.Policy = func(_ idem.Result, err error) idem.Decision {
+		o.Policy = func(_ backend.Result, err error) idem.Decision {
 			if errors.Is(err, context.DeadlineExceeded) {
 				return idem.DecisionHold
 			}
-			return idem.DefaultPolicy(idem.Result{}, err)
+			return idem.DefaultPolicy(backend.Result{}, err)
 		}
 	})
 	r := req("k", "fp")
-	_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
-		return idem.Result{}, context.DeadlineExceeded
+	_, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
+		return backend.Result{}, context.DeadlineExceeded
 	})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	rec := e.get(r)
-	require.Equal(t, idem.StateInProgress, rec.State, "held claims stay in progress")
+	require.Equal(t, backend.StateInProgress, rec.State, "held claims stay in progress")
 	require.True(t, rec.Stale(e.clk.Now()), "a held claim goes to recovery at once")
-	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 		t.Fatal("a held claim must not run again before recovery")
-		return idem.Result{}, nil
+		return backend.Result{}, nil
 	})
 	require.NoError(t, err)
 	require.True(t, replayed)
@@ -389,10 +390,10 @@ func testPolicyPanic(t *testing.T, nb NewBackend) {
 			p := recover()
 			require.Equal(t, "kaboom", p, "the panic must be re-raised unchanged")
 		}()
-		_, _, _ = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { panic("kaboom") })
+		_, _, _ = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { panic("kaboom") })
 	}()
-	require.Equal(t, idem.StateReleased, e.get(r).State)
-	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return okResult("ok"), nil })
+	require.Equal(t, backend.StateReleased, e.get(r).State)
+	_, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return okResult("ok"), nil })
 	require.NoError(t, err)
 	require.False(t, replayed)
 }
@@ -403,18 +404,18 @@ func testPolicyPanic(t *testing.T, nb NewBackend) {
 // "panic".
 func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
 	var acted []string // the effects that ran, by key
-	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
+	resolver := idem.ResolverFunc(func(_ context.Context, rec *backend.Record) (idem.Resolution, error) {
 		if rec.Key == "committed" {
 			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: okResult("from-downstream")}, nil
 		}
 		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})
 	var asked atomic.Int32
-	e := newEnv(t, nb, withResolver(idem.ResolverFunc(func(ctx context.Context, rec *idem.Record) (idem.Resolution, error) {
+	e := newEnv(t, nb, withResolver(idem.ResolverFunc(func(ctx context.Context, rec *backend.Record) (idem.Resolution, error) {
 		asked.Add(1)
 		return resolver(ctx, rec)
 	})))
-	panicking := func(ctx context.Context) (idem.Result, error) {
+	panicking := func(ctx context.Context) (backend.Result, error) {
 		c, _ := idem.ClaimFromContext(ctx)
 		acted = append(acted, c.Key())
 		panic("kaboom")
@@ -427,7 +428,7 @@ func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
 			_, _, _ = e.store.Do(ctx, req(key, "fp"), panicking)
 		}()
 		rec := e.get(req(key, "fp"))
-		require.Equal(t, idem.StateInProgress, rec.State, "a panic with a Resolver holds the claim")
+		require.Equal(t, backend.StateInProgress, rec.State, "a panic with a Resolver holds the claim")
 		require.True(t, rec.Stale(e.clk.Now()), "a held claim goes to recovery at once")
 	}
 	require.Equal(t, 2, e.events.countReason(idem.EventHeld, "panic"))
@@ -435,16 +436,16 @@ func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
 
 	// On access: the Resolver says committed, and its result is replayed.
 	r := req("committed", "fp")
-	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 		t.Fatal("a claim held after a panic must not run again before recovery")
-		return idem.Result{}, nil
+		return backend.Result{}, nil
 	})
 	require.NoError(t, err)
 	require.True(t, replayed)
 	require.Equal(t, "from-downstream", string(out.Body))
 	require.Equal(t, int32(1), asked.Load())
 	rec := e.get(r)
-	require.Equal(t, idem.StateDone, rec.State)
+	require.Equal(t, backend.StateDone, rec.State)
 	require.Len(t, rec.Attempts, 1)
 	require.Equal(t, "recovered: committed", rec.Attempts[0].Outcome)
 	require.Equal(t, "panic", rec.Attempts[0].Reason, "the story says the attempt panicked")
@@ -457,10 +458,10 @@ func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
 	require.Equal(t, int32(2), asked.Load())
 	r = req("not-committed", "fp")
 	rec = e.get(r)
-	require.Equal(t, idem.StateReleased, rec.State)
+	require.Equal(t, backend.StateReleased, rec.State)
 	require.Len(t, rec.Attempts, 1)
 	require.Contains(t, rec.Attempts[0].Reason, "panic")
-	out, replayed, err = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { return okResult("second"), nil })
+	out, replayed, err = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return okResult("second"), nil })
 	require.NoError(t, err)
 	require.False(t, replayed)
 	require.Equal(t, "second", string(out.Body))
@@ -471,10 +472,10 @@ func testRetentionOverride(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	short := req("short", "fp")
 	short.Retention = time.Minute
-	_, _, err := e.store.Do(ctx, short, func(context.Context) (idem.Result, error) { return okResult("s"), nil })
+	_, _, err := e.store.Do(ctx, short, func(context.Context) (backend.Result, error) { return okResult("s"), nil })
 	require.NoError(t, err)
 	long := req("long", "fp")
-	_, _, err = e.store.Do(ctx, long, func(context.Context) (idem.Result, error) { return okResult("l"), nil })
+	_, _, err = e.store.Do(ctx, long, func(context.Context) (backend.Result, error) { return okResult("l"), nil })
 	require.NoError(t, err)
 	require.True(t, e.get(short).ExpiresAt.Equal(epoch.Add(time.Minute)))
 	require.True(t, e.get(long).ExpiresAt.Equal(epoch.Add(retention)))
@@ -486,7 +487,7 @@ func testRetentionOverride(t *testing.T, nb NewBackend) {
 func testRetentionSweep(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	for i := range 20 {
-		_, _, err := e.store.Do(ctx, req(keyN("k", i), "fp"), func(context.Context) (idem.Result, error) { return okResult("r"), nil })
+		_, _, err := e.store.Do(ctx, req(keyN("k", i), "fp"), func(context.Context) (backend.Result, error) { return okResult("r"), nil })
 		require.NoError(t, err)
 	}
 	open := e.claim(req("open", "fp"))
@@ -500,10 +501,10 @@ func testRetentionSweep(t *testing.T, nb NewBackend) {
 	require.Equal(t, 20, rep.Expired)
 	for i := range 20 {
 		_, err := e.store.Get(ctx, "tenant-a", keyN("k", i))
-		require.ErrorIs(t, err, idem.ErrNotFound)
+		require.ErrorIs(t, err, backend.ErrNotFound)
 	}
 	require.Equal(t, 20, e.events.count(idem.EventExpired, ""))
-	require.Equal(t, idem.StateInProgress, e.get(req("open", "fp")).State)
+	require.Equal(t, backend.StateInProgress, e.get(req("open", "fp")).State)
 }
 
 func testScopeIsolation(t *testing.T, nb NewBackend) {
@@ -513,7 +514,7 @@ func testScopeIsolation(t *testing.T, nb NewBackend) {
 	for _, s := range scopes {
 		for _, k := range keys {
 			r := idem.Request{Scope: s, Key: k, Fingerprint: "fp"}
-			out, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+			out, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 				return okResult(s + "|" + k), nil
 			})
 			require.NoError(t, err)
@@ -548,7 +549,7 @@ func testRace(t *testing.T, nb NewBackend) {
 			go func() {
 				defer wg.Done()
 				<-start
-				out, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+				out, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 					runs.Add(1)
 					return okResult("winner"), nil
 				})
@@ -577,7 +578,7 @@ func testCloseDrains(t *testing.T, nb NewBackend) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (idem.Result, error) {
+		_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) {
 			close(started)
 			<-release
 			return okResult("finished"), nil
@@ -591,7 +592,7 @@ func testCloseDrains(t *testing.T, nb NewBackend) {
 	// began is released at once, so that Close need not wait for it.
 	for i := 0; ; i++ {
 		c, _, err := e.store.Begin(ctx, req(keyN("other", i), "fp"))
-		if errors.Is(err, idem.ErrClosed) {
+		if errors.Is(err, backend.ErrClosed) {
 			break
 		}
 		require.NoError(t, err)
@@ -603,7 +604,7 @@ func testCloseDrains(t *testing.T, nb NewBackend) {
 }
 
 func testObserver(t *testing.T, nb NewBackend) {
-	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, idem.Result{})))
+	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
 	r := req("k", "fp")
 	c := e.claim(r)
 	_, _, _ = e.store.Begin(ctx, r)
@@ -647,7 +648,7 @@ func testStory(t *testing.T, nb NewBackend) {
 	e.clk.Advance(time.Minute)
 	c = e.claim(r)
 	e.clk.Advance(time.Second)
-	require.NoError(t, c.Complete(ctx, idem.Result{Status: 201, Body: []byte("x")}))
+	require.NoError(t, c.Complete(ctx, backend.Result{Status: 201, Body: []byte("x")}))
 	rec := e.get(r)
 	require.Equal(t, 2, rec.Claims)
 	require.True(t, rec.FirstSeen.Equal(epoch))
@@ -709,14 +710,14 @@ func testStoryBounded(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	var tokens []uint64
-	for range idem.MaxAttempts + 5 {
+	for range backend.KeptAttempts + 5 {
 		c := e.claim(r)
 		tokens = append(tokens, c.Token())
 		require.NoError(t, c.Release(ctx, "again"))
 	}
 	rec := e.get(r)
-	require.Len(t, rec.Attempts, idem.MaxAttempts, "the story is bounded")
+	require.Len(t, rec.Attempts, backend.KeptAttempts, "the story is bounded")
 	require.Equal(t, tokens[0], rec.Attempts[0].Token, "the first claim is kept")
-	require.Equal(t, tokens[len(tokens)-1], rec.Attempts[idem.MaxAttempts-1].Token, "and the latest")
-	require.Equal(t, idem.MaxAttempts+5, rec.Claims)
+	require.Equal(t, tokens[len(tokens)-1], rec.Attempts[backend.KeptAttempts-1].Token, "and the latest")
+	require.Equal(t, backend.KeptAttempts+5, rec.Claims)
 }

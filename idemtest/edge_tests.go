@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,8 +17,8 @@ import (
 func requireNotRecorded(t *testing.T, err error) {
 	t.Helper()
 	require.ErrorIs(t, err, idem.ErrOutcomeNotRecorded, "got %v", err)
-	require.NotErrorIs(t, err, idem.ErrUnavailable, "an unrecorded outcome must not read as \"did not run\"")
-	require.NotErrorIs(t, err, idem.ErrClosed, "an unrecorded outcome must not read as \"did not run\"")
+	require.NotErrorIs(t, err, backend.ErrUnavailable, "an unrecorded outcome must not read as \"did not run\"")
+	require.NotErrorIs(t, err, backend.ErrClosed, "an unrecorded outcome must not read as \"did not run\"")
 	var nr *idem.NotRecordedError
 	require.True(t, errors.As(err, &nr))
 	require.NotNil(t, nr.Cause)
@@ -28,11 +29,11 @@ func requireNotRecorded(t *testing.T, err error) {
 func testContractNotRecorded(t *testing.T, nb NewBackend) {
 	var f *failing
 	hold := false
-	e := newEnv(t, func(t testing.TB) idem.Backend {
+	e := newEnv(t, func(t testing.TB) backend.Backend {
 		f = &failing{Backend: nb(t)}
 		return f
 	}, func(o *idem.Options) {
-		o.Policy = func(res idem.Result, err error) idem.Decision {
+		o.Policy = func(res backend.Result, err error) idem.Decision {
 			if hold {
 				return idem.DecisionHold
 			}
@@ -48,7 +49,7 @@ func testContractNotRecorded(t *testing.T, nb NewBackend) {
 	for _, tc := range cases {
 		hold = tc.hold
 		r := req("do-"+tc.name, "fp")
-		_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+		_, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 			f.set(true)
 			return okResult("x"), tc.err
 		})
@@ -58,7 +59,7 @@ func testContractNotRecorded(t *testing.T, nb NewBackend) {
 		require.True(t, errors.As(err, &nr))
 		require.Equal(t, tc.err, nr.Err, "%s: the effect's own error is kept", tc.name)
 		require.Equal(t, r.Key, nr.Key)
-		require.Equal(t, idem.StateInProgress, e.get(r).State, "%s: the claim stays for recovery", tc.name)
+		require.Equal(t, backend.StateInProgress, e.get(r).State, "%s: the claim stays for recovery", tc.name)
 	}
 	hold = false
 
@@ -72,7 +73,7 @@ func testContractNotRecorded(t *testing.T, nb NewBackend) {
 		f.set(true)
 		requireNotRecorded(t, end(c))
 		f.set(false)
-		require.Equal(t, idem.StateInProgress, e.get(r).State, "%s: the claim stays for recovery", name)
+		require.Equal(t, backend.StateInProgress, e.get(r).State, "%s: the claim stays for recovery", name)
 	}
 }
 
@@ -85,7 +86,7 @@ func testContractClosedUnderEffect(t *testing.T, nb NewBackend) {
 	closed := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (idem.Result, error) {
+		_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) {
 			close(started)
 			<-closed
 			return okResult("x"), nil
@@ -99,21 +100,21 @@ func testContractClosedUnderEffect(t *testing.T, nb NewBackend) {
 	requireNotRecorded(t, err)
 	var nr *idem.NotRecordedError
 	require.True(t, errors.As(err, &nr))
-	require.ErrorIs(t, nr.Cause, idem.ErrClosed, "the cause is kept in the error's fields")
+	require.ErrorIs(t, nr.Cause, backend.ErrClosed, "the cause is kept in the error's fields")
 }
 
-// testContractReservedScope: scopes starting with idem.ReservedScopePrefix
+// testContractReservedScope: scopes starting with backend.ReservedScopePrefix
 // are idem's own (the Journal's, whose stale claims recovery runs again
 // without asking the Resolver); a caller's request there is refused before
 // anything runs, even when the Journal's record is in the replay cache.
 func testContractReservedScope(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
-	for _, scope := range []string{idem.JournalScope, idem.ReservedScopePrefix, "idem.tenant-7"} {
-		require.ErrorIs(t, idem.ValidateScope(scope), idem.ErrInvalidKey, scope)
-		require.NoError(t, idem.ValidateStoredScope(scope), scope)
+	for _, scope := range []string{idem.JournalScope, backend.ReservedScopePrefix, "idem.tenant-7"} {
+		require.ErrorIs(t, backend.ValidateScope(scope), backend.ErrInvalidKey, scope)
+		require.NoError(t, backend.ValidateStoredScope(scope), scope)
 	}
 	for _, scope := range []string{"idem", "idemx.a", "tenant.idem.journal", ""} {
-		require.NoError(t, idem.ValidateScope(scope), scope)
+		require.NoError(t, backend.ValidateScope(scope), scope)
 	}
 
 	j := idem.NewJournal(e.store, nil)
@@ -124,14 +125,14 @@ func testContractReservedScope(t *testing.T, nb NewBackend) {
 	r := idem.Request{Scope: idem.JournalScope, Key: st.Key, Fingerprint: rec.Fingerprint}
 	for i := 0; i < 2; i++ {
 		c, res, err := e.store.Begin(ctx, r)
-		require.ErrorIs(t, err, idem.ErrInvalidKey)
+		require.ErrorIs(t, err, backend.ErrInvalidKey)
 		require.Nil(t, c)
 		require.Nil(t, res, "a journal record is never replayed to a caller")
 	}
 	ran := false
 	_, _, err = e.store.Do(ctx, idem.Request{Scope: "idem.journal", Key: "refund-1", Fingerprint: "fp"},
-		func(context.Context) (idem.Result, error) { ran = true; return idem.Result{}, nil })
-	require.ErrorIs(t, err, idem.ErrInvalidKey)
+		func(context.Context) (backend.Result, error) { ran = true; return backend.Result{}, nil })
+	require.ErrorIs(t, err, backend.ErrInvalidKey)
 	require.False(t, ran)
 }
 
@@ -140,7 +141,7 @@ func testContractReservedScope(t *testing.T, nb NewBackend) {
 // committed; the story says who and why; live, done and absent keys are
 // refused, and a settled claim's old token changes nothing.
 func testSettle(t *testing.T, nb NewBackend) {
-	e := newEnv(t, nb, withResolver(answer(idem.VerdictUnknown, idem.Result{})),
+	e := newEnv(t, nb, withResolver(answer(idem.VerdictUnknown, backend.Result{})),
 		func(o *idem.Options) { o.MaxUnknown = 1 })
 	paid := req("paid", "fp")
 	unpaid := req("unpaid", "fp")
@@ -159,27 +160,27 @@ func testSettle(t *testing.T, nb NewBackend) {
 		"alice: ledger has r1"))
 	require.Equal(t, `{"refund":"r1"}`, string(e.replay(paid).Body))
 	rec := e.get(paid)
-	require.Equal(t, idem.StateDone, rec.State)
+	require.Equal(t, backend.StateDone, rec.State)
 	require.Equal(t, "settled: committed", rec.Recovered)
 	last := rec.Attempts[len(rec.Attempts)-1]
 	require.Equal(t, "settled: committed", last.Outcome)
 	require.Equal(t, "alice: ledger has r1", last.Reason)
-	require.ErrorIs(t, old.Complete(ctx, okResult("late")), idem.ErrFenced, "the settled claim's holder changes nothing")
+	require.ErrorIs(t, old.Complete(ctx, okResult("late")), backend.ErrFenced, "the settled claim's holder changes nothing")
 	require.Equal(t, `{"refund":"r1"}`, string(e.replay(paid).Body))
 
-	require.NoError(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictNotCommitted, idem.Result{},
+	require.NoError(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictNotCommitted, backend.Result{},
 		"bob: provider has no charge"))
 	rec = e.get(unpaid)
-	require.Equal(t, idem.StateReleased, rec.State)
+	require.Equal(t, backend.StateReleased, rec.State)
 	require.Equal(t, "settled: not_committed", rec.Recovered)
 	require.Contains(t, rec.Attempts[len(rec.Attempts)-1].Reason, "bob: provider has no charge")
 	e.claim(unpaid) // the next request runs it
 
-	err = e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictNotCommitted, idem.Result{}, "again")
+	err = e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictNotCommitted, backend.Result{}, "again")
 	require.ErrorIs(t, err, idem.ErrNothingToSettle, "a done record is not settled")
-	err = e.store.Settle(ctx, "tenant-a", "absent", idem.VerdictNotCommitted, idem.Result{}, "x")
+	err = e.store.Settle(ctx, "tenant-a", "absent", idem.VerdictNotCommitted, backend.Result{}, "x")
 	require.ErrorIs(t, err, idem.ErrNothingToSettle)
-	require.Error(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictUnknown, idem.Result{}, "x"))
+	require.Error(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictUnknown, backend.Result{}, "x"))
 	require.Equal(t, 2, e.events.countReason(idem.EventRecovered, "settled: "))
 }
 
@@ -206,14 +207,14 @@ func testErrorText(t *testing.T, nb NewBackend) {
 			save := false
 			e := newEnv(t, nb, func(o *idem.Options) {
 				o.ErrorText = tc.text
-				o.Policy = func(res idem.Result, err error) idem.Decision {
+				o.Policy = func(res backend.Result, err error) idem.Decision {
 					if save {
 						return idem.DecisionSave
 					}
 					return idem.DefaultPolicy(res, err)
 				}
 			})
-			fail := func(context.Context) (idem.Result, error) { return idem.Result{}, secret }
+			fail := func(context.Context) (backend.Result, error) { return backend.Result{}, secret }
 			_, _, err := e.store.Do(ctx, req("released", "fp"), fail)
 			require.ErrorIs(t, err, secret, "the caller gets the error itself")
 			rec := e.get(req("released", "fp"))
@@ -240,6 +241,6 @@ func testErrorText(t *testing.T, nb NewBackend) {
 			require.Equal(t, 2, seen, "the Observer gets the error itself")
 		})
 	}
-	require.Equal(t, "idem: storage unavailable", idem.DefaultErrorText(fmt.Errorf("wrapped: %w", idem.ErrUnavailable)))
+	require.Equal(t, "idem: storage unavailable", idem.DefaultErrorText(fmt.Errorf("wrapped: %w", backend.ErrUnavailable)))
 	require.Equal(t, "context deadline exceeded", idem.DefaultErrorText(context.DeadlineExceeded))
 }

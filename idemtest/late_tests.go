@@ -7,37 +7,38 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
-// Late completions (idem.LateCompleter): a holder paused past its lease
+// Late completions (backend.LateCompleter): a holder paused past its lease
 // finishes after recovery took its claim. A backend that is no
 // LateCompleter skips these tests; Do then returns a
 // *idem.LateCompletionError.
 
 // lateCompleter returns nb's backend as a LateCompleter, or skips.
-func lateCompleter(t *testing.T, nb NewBackend) (idem.Backend, idem.LateCompleter) {
+func lateCompleter(t *testing.T, nb NewBackend) (backend.Backend, backend.LateCompleter) {
 	b := nb(t)
 	closeBackend(t, b)
-	lc, ok := b.(idem.LateCompleter)
+	lc, ok := b.(backend.LateCompleter)
 	if !ok {
-		t.Skip("the backend is no idem.LateCompleter: Do returns a *LateCompletionError")
+		t.Skip("the backend is no backend.LateCompleter: Do returns a *LateCompletionError")
 	}
 	return b, lc
 }
 
 // late is the LateCompletion the tests pass: result body, at now.
-func late(body string, claimedAt, now time.Time) idem.LateCompletion {
-	return idem.LateCompletion{
-		Completion: idem.Completion{Result: okResult(body), At: now, ExpiresAt: now.Add(retention),
-			Ending: idem.Ending{At: now, Outcome: "late", Reason: "why", Status: 200}},
+func late(body string, claimedAt, now time.Time) backend.LateCompletion {
+	return backend.LateCompletion{
+		Completion: backend.Completion{Result: okResult(body), At: now, ExpiresAt: now.Add(retention),
+			Ending: backend.Ending{At: now, Outcome: "late", Reason: "why", Status: 200}},
 		Fingerprint: "fp", Retention: retention, ClaimedAt: claimedAt, Owner: "late-owner",
-		Twice: idem.Ending{At: now, Outcome: "twice", Reason: "twice why", Status: 200},
+		Twice: backend.Ending{At: now, Outcome: "twice", Reason: "twice why", Status: 200},
 	}
 }
 
 // attemptOf returns rec's attempt with token, or fails.
-func attemptOf(t *testing.T, rec *idem.Record, token uint64) idem.Attempt {
+func attemptOf(t *testing.T, rec *backend.Record, token uint64) backend.Attempt {
 	t.Helper()
 	for _, a := range rec.Attempts {
 		if a.Token == token {
@@ -45,7 +46,7 @@ func attemptOf(t *testing.T, rec *idem.Record, token uint64) idem.Attempt {
 		}
 	}
 	t.Fatalf("no attempt with token %d in %+v", token, rec.Attempts)
-	return idem.Attempt{}
+	return backend.Attempt{}
 }
 
 func testBackendLateRecorded(t *testing.T, nb NewBackend) {
@@ -54,15 +55,15 @@ func testBackendLateRecorded(t *testing.T, nb NewBackend) {
 	// Released (recovery said "not committed"): recorded.
 	rec, _, err := b.Claim(ctx, "s", "released", args("fp", now))
 	require.NoError(t, err)
-	require.NoError(t, b.Release(ctx, "s", "released", rec.Token, idem.Releasing{At: now, ExpiresAt: now.Add(retention),
-		Reason: "recovered: not committed", Ending: idem.Ending{At: now, Outcome: "released", Reason: "recovered: not committed"}}))
+	require.NoError(t, b.Release(ctx, "s", "released", rec.Token, backend.Releasing{At: now, ExpiresAt: now.Add(retention),
+		Reason: "recovered: not committed", Ending: backend.Ending{At: now, Outcome: "released", Reason: "recovered: not committed"}}))
 	at := now.Add(time.Minute)
 	out, err := lc.CompleteLate(ctx, "s", "released", rec.Token, late("late", now, at))
 	require.NoError(t, err)
-	require.Equal(t, idem.LateRecorded, out)
+	require.Equal(t, backend.LateRecorded, out)
 	got, err := b.Get(ctx, "s", "released")
 	require.NoError(t, err)
-	require.Equal(t, idem.StateDone, got.State)
+	require.Equal(t, backend.StateDone, got.State)
 	require.Equal(t, "late", string(got.Result.Body))
 	require.True(t, got.ExpiresAt.Equal(at.Add(retention)))
 	require.True(t, got.DoneAt.Equal(at))
@@ -79,7 +80,7 @@ func testBackendLateRecorded(t *testing.T, nb NewBackend) {
 	// Once recorded, the same late completion changes nothing.
 	out, err = lc.CompleteLate(ctx, "s", "released", rec.Token, late("again", now, at.Add(time.Minute)))
 	require.NoError(t, err)
-	require.Equal(t, idem.LateRecorded, out)
+	require.Equal(t, backend.LateRecorded, out)
 	got, err = b.Get(ctx, "s", "released")
 	require.NoError(t, err)
 	require.Equal(t, "late", string(got.Result.Body))
@@ -87,17 +88,17 @@ func testBackendLateRecorded(t *testing.T, nb NewBackend) {
 	// Absent (released, then reclaimed): a new life holding the late result.
 	rec, _, err = b.Claim(ctx, "s", "absent", args("fp", now))
 	require.NoError(t, err)
-	require.NoError(t, b.Release(ctx, "s", "absent", rec.Token, idem.Releasing{At: now, ExpiresAt: now.Add(time.Second)}))
+	require.NoError(t, b.Release(ctx, "s", "absent", rec.Token, backend.Releasing{At: now, ExpiresAt: now.Add(time.Second)}))
 	_, err = b.Reclaim(ctx, now.Add(time.Second), 100)
 	require.NoError(t, err)
 	_, err = b.Get(ctx, "s", "absent")
-	require.ErrorIs(t, err, idem.ErrNotFound)
+	require.ErrorIs(t, err, backend.ErrNotFound)
 	out, err = lc.CompleteLate(ctx, "s", "absent", rec.Token, late("late", now, at))
 	require.NoError(t, err)
-	require.Equal(t, idem.LateRecorded, out)
+	require.Equal(t, backend.LateRecorded, out)
 	got, err = b.Get(ctx, "s", "absent")
 	require.NoError(t, err)
-	require.Equal(t, idem.StateDone, got.State)
+	require.Equal(t, backend.StateDone, got.State)
 	require.Equal(t, "late", string(got.Result.Body))
 	require.Equal(t, rec.Token, got.Token)
 	require.Equal(t, "fp", got.Fingerprint)
@@ -115,10 +116,10 @@ func testBackendLateRecorded(t *testing.T, nb NewBackend) {
 	require.NoError(t, err)
 	out, err = lc.CompleteLate(ctx, "s", "held", rec.Token, late("late", now, at))
 	require.NoError(t, err)
-	require.Equal(t, idem.LateRecorded, out)
+	require.Equal(t, backend.LateRecorded, out)
 	got, err = b.Get(ctx, "s", "held")
 	require.NoError(t, err)
-	require.Equal(t, idem.StateDone, got.State)
+	require.Equal(t, backend.StateDone, got.State)
 	require.Equal(t, "late", string(got.Result.Body))
 	require.Equal(t, "late", attemptOf(t, got, rec.Token).Outcome)
 	stale, err := b.Stale(ctx, at.Add(lease), 10)
@@ -141,19 +142,19 @@ func testBackendLateRanTwice(t *testing.T, nb NewBackend) {
 		}
 		first, _, err := b.Claim(ctx, "s", key, args("fp", now))
 		require.NoError(t, err)
-		require.NoError(t, b.Release(ctx, "s", key, first.Token, idem.Releasing{At: now, ExpiresAt: now.Add(retention),
-			Ending: idem.Ending{At: now, Outcome: "released", Reason: "recovered: not committed"}}))
+		require.NoError(t, b.Release(ctx, "s", key, first.Token, backend.Releasing{At: now, ExpiresAt: now.Add(retention),
+			Ending: backend.Ending{At: now, Outcome: "released", Reason: "recovered: not committed"}}))
 		second, claimed, err := b.Claim(ctx, "s", key, args("fp", now.Add(time.Second)))
 		require.NoError(t, err)
 		require.True(t, claimed)
 		if done {
-			require.NoError(t, b.Complete(ctx, "s", key, second.Token, idem.Completion{Result: okResult("newer"),
+			require.NoError(t, b.Complete(ctx, "s", key, second.Token, backend.Completion{Result: okResult("newer"),
 				At: now.Add(2 * time.Second), ExpiresAt: now.Add(retention)}))
 		}
 		at := now.Add(time.Minute)
 		out, err := lc.CompleteLate(ctx, "s", key, first.Token, late("late", now, at))
 		require.NoError(t, err)
-		require.Equal(t, idem.LateRanTwice, out, key)
+		require.Equal(t, backend.LateRanTwice, out, key)
 		got, err := b.Get(ctx, "s", key)
 		require.NoError(t, err)
 		require.True(t, got.MayHaveRunTwice, key)
@@ -165,16 +166,16 @@ func testBackendLateRanTwice(t *testing.T, nb NewBackend) {
 		require.True(t, a.EndedAt.Equal(at))
 		require.NotEqual(t, "twice", attemptOf(t, got, second.Token).Outcome, "the newer attempt is not the late one")
 		if !done {
-			require.Equal(t, idem.StateInProgress, got.State)
+			require.Equal(t, backend.StateInProgress, got.State)
 			require.True(t, got.LeaseEnds.Equal(second.LeaseEnds), "the newer claim's lease stays")
 			// The newer holder completes: its outcome stands, the mark stays.
-			require.NoError(t, b.Complete(ctx, "s", key, second.Token, idem.Completion{Result: okResult("newer"),
+			require.NoError(t, b.Complete(ctx, "s", key, second.Token, backend.Completion{Result: okResult("newer"),
 				At: at, ExpiresAt: at.Add(retention)}))
 			got, err = b.Get(ctx, "s", key)
 			require.NoError(t, err)
 			require.True(t, got.MayHaveRunTwice, "the newer holder's completion keeps the mark")
 		}
-		require.Equal(t, idem.StateDone, got.State)
+		require.Equal(t, backend.StateDone, got.State)
 		require.Equal(t, "newer", string(got.Result.Body), "the newer holder's result replays")
 		_, claimed, err = b.Claim(ctx, "s", key, args("fp", at))
 		require.NoError(t, err)
@@ -184,18 +185,18 @@ func testBackendLateRanTwice(t *testing.T, nb NewBackend) {
 	// (expired, claimed again) starts without it.
 	first, _, err := b.Claim(ctx, "s", "kept", args("fp", now))
 	require.NoError(t, err)
-	require.NoError(t, b.Release(ctx, "s", "kept", first.Token, idem.Releasing{At: now, ExpiresAt: now.Add(retention)}))
+	require.NoError(t, b.Release(ctx, "s", "kept", first.Token, backend.Releasing{At: now, ExpiresAt: now.Add(retention)}))
 	second, _, err := b.Claim(ctx, "s", "kept", args("fp", now))
 	require.NoError(t, err)
 	out, err := lc.CompleteLate(ctx, "s", "kept", first.Token, late("late", now, now))
 	require.NoError(t, err)
-	require.Equal(t, idem.LateRanTwice, out)
-	require.NoError(t, b.Release(ctx, "s", "kept", second.Token, idem.Releasing{At: now, ExpiresAt: now.Add(time.Second)}))
+	require.Equal(t, backend.LateRanTwice, out)
+	require.NoError(t, b.Release(ctx, "s", "kept", second.Token, backend.Releasing{At: now, ExpiresAt: now.Add(time.Second)}))
 	third, claimed, err := b.Claim(ctx, "s", "kept", args("fp", now))
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.True(t, third.MayHaveRunTwice, "a released record's life goes on, and its mark")
-	require.NoError(t, b.Complete(ctx, "s", "kept", third.Token, idem.Completion{Result: okResult("r"), At: now, ExpiresAt: now.Add(time.Second)}))
+	require.NoError(t, b.Complete(ctx, "s", "kept", third.Token, backend.Completion{Result: okResult("r"), At: now, ExpiresAt: now.Add(time.Second)}))
 	fourth, claimed, err := b.Claim(ctx, "s", "kept", args("fp", now.Add(time.Second)))
 	require.NoError(t, err)
 	require.True(t, claimed)
@@ -205,15 +206,15 @@ func testBackendLateRanTwice(t *testing.T, nb NewBackend) {
 // pausedDo runs Do on e's store with an effect that waits, ignoring its
 // context, until the returned resume is called, as a holder paused past
 // its lease does. wait returns what Do returned.
-func pausedDo(e *env, r idem.Request, res idem.Result) (resume func(), wait func() (idem.Result, error)) {
+func pausedDo(e *env, r idem.Request, res backend.Result) (resume func(), wait func() (backend.Result, error)) {
 	running, unpause := make(chan struct{}), make(chan struct{})
 	type answer struct {
-		res idem.Result
+		res backend.Result
 		err error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		out, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+		out, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 			close(running)
 			<-unpause
 			return res, nil
@@ -221,7 +222,7 @@ func pausedDo(e *env, r idem.Request, res idem.Result) (resume func(), wait func
 		done <- answer{out, err}
 	}()
 	<-running
-	return func() { close(unpause) }, func() (idem.Result, error) { a := <-done; return a.res, a.err }
+	return func() { close(unpause) }, func() (backend.Result, error) { a := <-done; return a.res, a.err }
 }
 
 // recoverNotCommitted ends r's claim as recovery does when the Resolver
@@ -237,9 +238,9 @@ func recoverNotCommitted(t *testing.T, e *env) {
 func testDoLateRecorded(t *testing.T, nb NewBackend) {
 	lateCompleter(t, nb)
 	for _, absent := range []bool{false, true} {
-		e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, idem.Result{})))
+		e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
 		r := req("k", "fp")
-		resume, wait := pausedDo(e, r, idem.Result{Status: 201, Body: []byte("late")})
+		resume, wait := pausedDo(e, r, backend.Result{Status: 201, Body: []byte("late")})
 		recoverNotCommitted(t, e)
 		if absent {
 			e.clk.Advance(retention)
@@ -247,7 +248,7 @@ func testDoLateRecorded(t *testing.T, nb NewBackend) {
 			require.NoError(t, err)
 			require.Equal(t, 1, rep.Expired)
 			_, err = e.store.Get(ctx, r.Scope, r.Key)
-			require.ErrorIs(t, err, idem.ErrNotFound)
+			require.ErrorIs(t, err, backend.ErrNotFound)
 		}
 		resume()
 		out, err := wait()
@@ -268,9 +269,9 @@ func testDoLateRecorded(t *testing.T, nb NewBackend) {
 func testDoLateRanTwice(t *testing.T, nb NewBackend) {
 	lateCompleter(t, nb)
 	for _, newerDone := range []bool{false, true} {
-		e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, idem.Result{})))
+		e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
 		r := req("k", "fp")
-		resume, wait := pausedDo(e, r, idem.Result{Status: 201, Body: []byte("late")})
+		resume, wait := pausedDo(e, r, backend.Result{Status: 201, Body: []byte("late")})
 		recoverNotCommitted(t, e)
 		newer := e.claim(r)
 		if newerDone {
@@ -280,7 +281,7 @@ func testDoLateRanTwice(t *testing.T, nb NewBackend) {
 		out, err := wait()
 		require.ErrorIs(t, err, idem.ErrRanTwice)
 		require.ErrorIs(t, err, idem.ErrOutcomeNotRecorded)
-		require.ErrorIs(t, err, idem.ErrFenced)
+		require.ErrorIs(t, err, backend.ErrFenced)
 		var twice *idem.RanTwiceError
 		require.True(t, errors.As(err, &twice), "%v", err)
 		require.Equal(t, "k", twice.Key)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ func testRecoveryCommitted(t *testing.T, nb NewBackend) {
 	require.Equal(t, c.Token(), res.seen[0].Token, "the resolver sees the stale claim")
 	require.Equal(t, "fp", res.seen[0].Fingerprint)
 	rec := e.get(r)
-	require.Equal(t, idem.StateDone, rec.State)
+	require.Equal(t, backend.StateDone, rec.State)
 	require.Equal(t, "committed", rec.Recovered)
 	require.True(t, rec.ExpiresAt.Equal(e.clk.Now().Add(retention)))
 	e.replay(r)
@@ -33,24 +34,24 @@ func testRecoveryCommitted(t *testing.T, nb NewBackend) {
 }
 
 func testRecoveryNotCommitted(t *testing.T, nb NewBackend) {
-	res := answer(idem.VerdictNotCommitted, idem.Result{})
+	res := answer(idem.VerdictNotCommitted, backend.Result{})
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
 	old := e.claim(r)
 	e.clk.Advance(lease)
 	runs := 0
-	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) { runs++; return okResult("second"), nil })
+	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { runs++; return okResult("second"), nil })
 	require.NoError(t, err)
 	require.False(t, replayed)
 	require.Equal(t, "second", string(out.Body))
 	require.Equal(t, 1, runs, "not committed: the next request runs the effect")
 	require.Equal(t, 1, res.n())
-	require.ErrorIs(t, old.Complete(ctx, okResult("first")), idem.ErrFenced)
+	require.ErrorIs(t, old.Complete(ctx, okResult("first")), backend.ErrFenced)
 	require.Equal(t, 2, e.get(r).Claims)
 }
 
 func testRecoveryUnknown(t *testing.T, nb NewBackend) {
-	res := answer(idem.VerdictUnknown, idem.Result{})
+	res := answer(idem.VerdictUnknown, backend.Result{})
 	e := newEnv(t, nb, withResolver(res), func(o *idem.Options) {
 		o.MaxUnknown = 3
 		o.RecheckBackoff = time.Minute
@@ -95,9 +96,9 @@ func testRecoveryUnknown(t *testing.T, nb NewBackend) {
 	rep, err := e.store.Sweep(ctx)
 	require.NoError(t, err)
 	require.Zero(t, rep.Stale)
-	_, _, err = e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+	_, _, err = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 		t.Fatal("a claim needing attention ran again")
-		return idem.Result{}, nil
+		return backend.Result{}, nil
 	})
 	require.ErrorIs(t, err, idem.ErrNeedsAttention)
 	require.Equal(t, 3, res.n())
@@ -107,7 +108,7 @@ func testRecoveryUnknown(t *testing.T, nb NewBackend) {
 }
 
 func testRecoveryResolverError(t *testing.T, nb NewBackend) {
-	res := &countingResolver{fn: func(*idem.Record) (idem.Resolution, error) {
+	res := &countingResolver{fn: func(*backend.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: idem.VerdictCommitted}, errors.New("ledger unreachable")
 	}}
 	e := newEnv(t, nb, withResolver(res))
@@ -116,7 +117,7 @@ func testRecoveryResolverError(t *testing.T, nb NewBackend) {
 	e.clk.Advance(lease)
 	_, _, err := e.store.Begin(ctx, r)
 	require.ErrorIs(t, err, idem.ErrOutcomeUnknown, "a resolver error counts as unknown, whatever verdict came with it")
-	require.Equal(t, idem.StateInProgress, e.get(r).State)
+	require.Equal(t, backend.StateInProgress, e.get(r).State)
 	require.GreaterOrEqual(t, e.events.count(idem.EventError, "k"), 1)
 }
 
@@ -126,9 +127,9 @@ func testRecoveryNoResolver(t *testing.T, nb NewBackend) {
 	e.claim(r)
 	e.clk.Advance(lease)
 	for range 3 {
-		_, _, err := e.store.Do(ctx, r, func(context.Context) (idem.Result, error) {
+		_, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 			t.Fatal("a stale claim ran again with no resolver")
-			return idem.Result{}, nil
+			return backend.Result{}, nil
 		})
 		require.ErrorIs(t, err, idem.ErrOutcomeUnknown)
 	}
@@ -136,13 +137,13 @@ func testRecoveryNoResolver(t *testing.T, nb NewBackend) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Stale)
 	require.Equal(t, 1, rep.Unresolved)
-	require.Equal(t, idem.StateInProgress, e.get(r).State)
+	require.Equal(t, backend.StateInProgress, e.get(r).State)
 	require.GreaterOrEqual(t, e.events.count(idem.EventStale, "k"), 1)
 }
 
 func testRecoverySweep(t *testing.T, nb NewBackend) {
 	verdicts := map[string]idem.Verdict{"c": idem.VerdictCommitted, "n": idem.VerdictNotCommitted, "u": idem.VerdictUnknown}
-	res := &countingResolver{fn: func(rec *idem.Record) (idem.Resolution, error) {
+	res := &countingResolver{fn: func(rec *backend.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: verdicts[rec.Key[:1]], Result: okResult("ledger:" + rec.Key)}, nil
 	}}
 	e := newEnv(t, nb, withResolver(res))

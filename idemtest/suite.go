@@ -1,12 +1,12 @@
-// Package idemtest holds the conformance suite every idem.Backend runs, and
+// Package idemtest holds the conformance suite every backend.Backend runs, and
 // the fake clock it uses.
 //
 // A backend's own tests call TestBackend with a function that returns a
 // fresh, empty backend:
 //
 //	func TestConformance(t *testing.T) {
-//		idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
-//			b, err := idem.OpenBadger(t.TempDir(), idem.BadgerOptions{})
+//		idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
+//			b, err := badgerstore.Open(t.TempDir(), badgerstore.Options{})
 //			if err != nil {
 //				t.Fatal(err)
 //			}
@@ -31,12 +31,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
 // NewBackend returns a fresh, empty backend for one test. The suite closes
 // it (through the Store it wraps it in) when the test ends.
-type NewBackend func(t testing.TB) idem.Backend
+type NewBackend func(t testing.TB) backend.Backend
 
 // Epoch is where the suite's fake clocks start.
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -117,7 +118,7 @@ type env struct {
 	t      testing.TB
 	clk    *Clock
 	store  *idem.Store
-	b      idem.Backend
+	b      backend.Backend
 	events *events
 }
 
@@ -163,7 +164,7 @@ func (e *env) claim(r idem.Request) *idem.Claim {
 }
 
 // replay begins req and requires a replayed result.
-func (e *env) replay(r idem.Request) *idem.Result {
+func (e *env) replay(r idem.Request) *backend.Result {
 	e.t.Helper()
 	c, res, err := e.store.Begin(ctx, r)
 	require.NoError(e.t, err)
@@ -172,7 +173,7 @@ func (e *env) replay(r idem.Request) *idem.Result {
 	return res
 }
 
-func (e *env) get(r idem.Request) *idem.Record {
+func (e *env) get(r idem.Request) *backend.Record {
 	e.t.Helper()
 	rec, err := e.store.Get(ctx, r.Scope, r.Key)
 	require.NoError(e.t, err)
@@ -253,11 +254,11 @@ func waitFor(t testing.TB, ch <-chan idem.Event, kind idem.EventKind) idem.Event
 type countingResolver struct {
 	mu    sync.Mutex // guards calls and seen
 	calls int
-	seen  []*idem.Record
-	fn    func(*idem.Record) (idem.Resolution, error)
+	seen  []*backend.Record
+	fn    func(*backend.Record) (idem.Resolution, error)
 }
 
-func (r *countingResolver) Resolve(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
+func (r *countingResolver) Resolve(_ context.Context, rec *backend.Record) (idem.Resolution, error) {
 	r.mu.Lock()
 	r.calls++
 	r.seen = append(r.seen, rec)
@@ -271,26 +272,26 @@ func (r *countingResolver) n() int {
 	return r.calls
 }
 
-func answer(v idem.Verdict, res idem.Result) *countingResolver {
-	return &countingResolver{fn: func(*idem.Record) (idem.Resolution, error) {
+func answer(v idem.Verdict, res backend.Result) *countingResolver {
+	return &countingResolver{fn: func(*backend.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: v, Result: res}, nil
 	}}
 }
 
-func okResult(body string) idem.Result {
-	return idem.Result{Status: 200, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(body)}
+func okResult(body string) backend.Result {
+	return backend.Result{Status: 200, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(body)}
 }
 
 func keyN(prefix string, i int) string { return fmt.Sprintf("%s-%04d", prefix, i) }
 
 // failing wraps a backend and fails every call while fail is set.
 type failing struct {
-	idem.Backend
+	backend.Backend
 	mu   sync.Mutex // guards fail
 	fail bool
 }
 
-var errInjected = fmt.Errorf("%w: injected failure", idem.ErrUnavailable)
+var errInjected = fmt.Errorf("%w: injected failure", backend.ErrUnavailable)
 
 func (f *failing) broken() bool {
 	f.mu.Lock()
@@ -304,28 +305,28 @@ func (f *failing) set(v bool) {
 	f.mu.Unlock()
 }
 
-func (f *failing) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs) (*idem.Record, bool, error) {
+func (f *failing) Claim(ctx context.Context, scope, key string, a backend.ClaimArgs) (*backend.Record, bool, error) {
 	if f.broken() {
 		return nil, false, errInjected
 	}
 	return f.Backend.Claim(ctx, scope, key, a)
 }
 
-func (f *failing) Complete(ctx context.Context, scope, key string, token uint64, c idem.Completion) error {
+func (f *failing) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
 	if f.broken() {
 		return errInjected
 	}
 	return f.Backend.Complete(ctx, scope, key, token, c)
 }
 
-func (f *failing) Get(ctx context.Context, scope, key string) (*idem.Record, error) {
+func (f *failing) Get(ctx context.Context, scope, key string) (*backend.Record, error) {
 	if f.broken() {
 		return nil, errInjected
 	}
 	return f.Backend.Get(ctx, scope, key)
 }
 
-func (f *failing) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
+func (f *failing) Release(ctx context.Context, scope, key string, token uint64, r backend.Releasing) error {
 	if f.broken() {
 		return errInjected
 	}
@@ -339,4 +340,4 @@ func (f *failing) Extend(ctx context.Context, scope, key string, token uint64, l
 	return f.Backend.Extend(ctx, scope, key, token, leaseEnds)
 }
 
-func isUnavailable(err error) bool { return errors.Is(err, idem.ErrUnavailable) }
+func isUnavailable(err error) bool { return errors.Is(err, backend.ErrUnavailable) }

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -25,11 +25,11 @@ type queries struct {
 	lateGet, lateInsert, lateDone      string // CompleteLate
 	lateTwice                          string // CompleteLate
 	get, stale, reclaim, scan          string
-	getBrief                           string // Claim's read-first path for Store.Begin (idem.ClaimArgs.Brief)
+	getBrief                           string // Claim's read-first path for Store.Begin (backend.ClaimArgs.Brief)
 	tally                              string
 }
 
-// The story of a record (idem.Record.Attempts) is kept in the attempts
+// The story of a record (backend.Record.Attempts) is kept in the attempts
 // column as a jsonb array, and every change to it is made by SQL inside the
 // statement that makes the change it tells: the claim's INSERT or UPDATE
 // appends the new attempt, and the fenced UPDATE of Complete or Release
@@ -46,7 +46,7 @@ type queries struct {
 // it holds appended it, and only a new claim appends another. endAttempt
 // therefore changes the last element, and only if its token is the fenced
 // token (a row claimed before the story existed has none to end). What it
-// stores is the idem.Ending the Store gave, as given: the wording of the
+// stores is the backend.Ending the Store gave, as given: the wording of the
 // story is the Store's, the same on every backend.
 //
 // Parameters inside jsonb_build_object have no type to take from a column,
@@ -65,10 +65,10 @@ func newAttempt(tok, note string) string {
 }
 
 // boundedStory is the jsonb array a with its first element and its
-// latest ones, at most idem.MaxAttempts in all, as every backend keeps
+// latest ones, at most backend.KeptAttempts in all, as every backend keeps
 // them.
 func boundedStory(a string) string {
-	return strings.NewReplacer("{a}", a, "{max}", strconv.Itoa(idem.MaxAttempts), "{latest}", strconv.Itoa(idem.MaxAttempts-1)).Replace(`
+	return strings.NewReplacer("{a}", a, "{max}", strconv.Itoa(backend.KeptAttempts), "{latest}", strconv.Itoa(backend.KeptAttempts-1)).Replace(`
 CASE WHEN jsonb_array_length({a}) <= {max} THEN {a}
 ELSE jsonb_build_array({a} -> 0) || (
 	SELECT jsonb_agg(q.e ORDER BY q.i) FROM jsonb_array_elements({a}) WITH ORDINALITY AS q(e, i)
@@ -77,7 +77,7 @@ END`)
 }
 
 // endAttempt is the new value of the attempts column when the fenced claim
-// (token $3) ends as the idem.Ending in the parameters from $n on says:
+// (token $3) ends as the backend.Ending in the parameters from $n on says:
 // its time, outcome, reason and status. An empty reason keeps a note the
 // attempt has.
 func endAttempt(n int) string {
@@ -280,23 +280,23 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // the key unavailable. Each round means another writer made progress.
 const maxClaimRounds = 16
 
-// Claim implements idem.Backend. It sends two statements in one round trip
+// Claim implements backend.Backend. It sends two statements in one round trip
 // (a pipelined batch): insert tries an absent key, takeOver a released or
 // expired one, and returns the stored row when neither claims. For DoTx
 // (txMarked) the new attempt carries DoTx's mark (txNote), written with
 // the claim itself.
-func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs) (*idem.Record, bool, error) {
+func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimArgs) (*backend.Record, bool, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, false, err
 	}
-	args := []any{scope, key, int16(idem.RecordFormat), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
+	args := []any{scope, key, int16(backend.Format), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
 		int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
 	insert, takeOver := b.q.insert, b.q.takeOver
 	if txMarked(ctx, scope, key) {
 		insert, takeOver = b.q.insertTx, b.q.takeOverTx
 	}
 	var (
-		rec     *idem.Record
+		rec     *backend.Record
 		claimed bool
 	)
 	readFirst := b.mix.readFirst()
@@ -333,14 +333,14 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a idem.ClaimArgs
 // record does not change until it expires, so the SELECT's snapshot is as
 // good an answer as the batch's; for an open claim both are snapshots.
 //
-// With brief (idem.ClaimArgs.Brief: Store.Begin, which reads only what a
+// With brief (backend.ClaimArgs.Brief: Store.Begin, which reads only what a
 // replay needs) it selects the six columns of a replay (briefColumns)
 // instead of the whole row with its story, and answers only a done record
 // that has not expired; an open claim goes on to the batch, which returns
 // it whole for the Store to judge its lease or resolve it.
-func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, brief bool) (*idem.Record, error) {
+func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, brief bool) (*backend.Record, error) {
 	var (
-		rec *idem.Record
+		rec *backend.Record
 		err error
 	)
 	if brief {
@@ -353,9 +353,9 @@ func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, br
 		return nil, nil
 	case err != nil:
 		return nil, err
-	case rec.State == idem.StateReleased || rec.Expired(now):
+	case rec.State == backend.StateReleased || rec.Expired(now):
 		return nil, nil
-	case brief && rec.State != idem.StateDone:
+	case brief && rec.State != backend.StateDone:
 		return nil, nil // an open claim: the batch returns it whole
 	}
 	return rec, nil
@@ -408,7 +408,7 @@ func (m *claimMix) note(taken bool) {
 
 // claimOnce sends one claim batch. settled is false when the row it read was
 // claimable or gone by the time it read it: the caller tries again.
-func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time) (rec *idem.Record, claimed, settled bool, err error) {
+func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time) (rec *backend.Record, claimed, settled bool, err error) {
 	batch := &pgx.Batch{}
 	batch.Queue(insert, args...)
 	batch.Queue(takeOver, args...)
@@ -444,7 +444,7 @@ func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args [
 	if took {
 		return rec, true, true, nil
 	}
-	if rec.State == idem.StateReleased || rec.Expired(now) {
+	if rec.State == backend.StateReleased || rec.Expired(now) {
 		// An older snapshot than the UPDATE's: read again.
 		return nil, false, false, nil
 	}
@@ -456,7 +456,7 @@ func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint6
 	if err := validate(scope, key); err != nil {
 		return err
 	}
-	fenced := &idem.FencedError{Scope: scope, Key: key, Token: token}
+	fenced := &backend.FencedError{Scope: scope, Key: key, Token: token}
 	if token == 0 || token > math.MaxInt64 {
 		return fenced // no sequence gives such a token
 	}
@@ -473,8 +473,8 @@ func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint6
 	})
 }
 
-// Complete implements idem.Backend.
-func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c idem.Completion) error {
+// Complete implements backend.Backend.
+func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
 	res, err := encodeResult(&c.Result)
 	if err != nil {
 		return err
@@ -484,38 +484,38 @@ func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64,
 }
 
 // ending is the parameters of endAttempt for e.
-func ending(e idem.Ending) []any {
+func ending(e backend.Ending) []any {
 	return []any{encodeTime(e.At), text(e.Outcome), text(e.Reason), int64(e.Status)}
 }
 
-// Release implements idem.Backend.
-func (b *Backend) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
+// Release implements backend.Backend.
+func (b *Backend) Release(ctx context.Context, scope, key string, token uint64, r backend.Releasing) error {
 	return b.fenced(ctx, "release", scope, key, token, b.q.release,
 		append([]any{encodeTime(r.At), encodeTime(r.ExpiresAt), text(r.Reason)}, ending(r.Ending)...)...)
 }
 
-// Extend implements idem.Backend.
+// Extend implements backend.Backend.
 func (b *Backend) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
 	return b.fenced(ctx, "extend", scope, key, token, b.q.extend, encodeTime(leaseEnds))
 }
 
-// Defer implements idem.Backend.
-func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d idem.Deferral) error {
+// Defer implements backend.Backend.
+func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {
 	return b.fenced(ctx, "defer", scope, key, token, b.q.deferTo,
 		int32(min(max(d.Checks, 0), math.MaxInt32)), encodeTime(d.NextCheck), d.Attention)
 }
 
-// Get implements idem.Backend.
-func (b *Backend) Get(ctx context.Context, scope, key string) (*idem.Record, error) {
+// Get implements backend.Backend.
+func (b *Backend) Get(ctx context.Context, scope, key string) (*backend.Record, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, err
 	}
-	var rec *idem.Record
+	var rec *backend.Record
 	err := b.run(ctx, "get", func(ctx context.Context) error {
 		var err error
 		rec, err = scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return idem.ErrNotFound
+			return backend.ErrNotFound
 		}
 		return err
 	})
@@ -525,18 +525,18 @@ func (b *Backend) Get(ctx context.Context, scope, key string) (*idem.Record, err
 	return rec, nil
 }
 
-// Stale implements idem.Backend. It hands the claims it returns to this
+// Stale implements backend.Backend. It hands the claims it returns to this
 // Backend for Options.HandOut of store time (see the package doc): other
 // Backends on the table do not get them until then, or until a fenced
 // write on a claim ends its hand-out. This Backend gets them again, so
 // calling Stale twice gives the same answer. A row that another
 // transaction holds at the moment is skipped, so fewer than limit records
 // do not prove that nothing more is due.
-func (b *Backend) Stale(ctx context.Context, now time.Time, limit int) ([]*idem.Record, error) {
+func (b *Backend) Stale(ctx context.Context, now time.Time, limit int) ([]*backend.Record, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	var out []*idem.Record
+	var out []*backend.Record
 	err := b.run(ctx, "stale", func(ctx context.Context) error {
 		out = out[:0]
 		rows, err := b.pool.Query(ctx, b.q.stale, encodeTime(now), b.id, limit, encodeTime(now.Add(b.handOut)))
@@ -557,20 +557,20 @@ func (b *Backend) Stale(ctx context.Context, now time.Time, limit int) ([]*idem.
 		return nil, err
 	}
 	// RETURNING keeps no order: sort as the due rows were chosen.
-	slices.SortFunc(out, func(x, y *idem.Record) int {
+	slices.SortFunc(out, func(x, y *backend.Record) int {
 		return cmp.Or(x.LeaseEnds.Compare(y.LeaseEnds), cmp.Compare(x.Scope, y.Scope), cmp.Compare(x.Key, y.Key))
 	})
 	return out, nil
 }
 
-// Reclaim implements idem.Backend. It deletes at most limit rows in one
+// Reclaim implements backend.Backend. It deletes at most limit rows in one
 // statement. Rows held by a transaction in flight (a claim reviving the
 // key, another instance's Reclaim) are skipped and left for a later call.
-func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]idem.Ref, error) {
+func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]backend.Ref, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	var refs []idem.Ref
+	var refs []backend.Ref
 	err := b.run(ctx, "reclaim", func(ctx context.Context) error {
 		refs = refs[:0]
 		rows, err := b.pool.Query(ctx, b.q.reclaim, encodeTime(now), limit)
@@ -579,7 +579,7 @@ func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]idem
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var ref idem.Ref
+			var ref backend.Ref
 			var token int64
 			if err := rows.Scan(&ref.Scope, &ref.Key, &token); err != nil {
 				return err
@@ -598,14 +598,14 @@ func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]idem
 // scanPage is how many rows Scan reads per statement.
 const scanPage = 256
 
-// Scan implements idem.Lister. It reads the table in pages in (scope, key)
+// Scan implements backend.Lister. It reads the table in pages in (scope, key)
 // order, each page a statement of its own, so fn may take its time and call
 // the Backend: no transaction or connection is held while fn runs. Records
 // written during a Scan may or may not be seen.
-func (b *Backend) Scan(ctx context.Context, fn func(*idem.Record) bool) error {
+func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error {
 	var lastScope, lastKey string
 	for {
-		var page []*idem.Record
+		var page []*backend.Record
 		err := b.run(ctx, "scan", func(ctx context.Context) error {
 			page = page[:0]
 			rows, err := b.pool.Query(ctx, b.q.scan, lastScope, lastKey, scanPage)
@@ -638,8 +638,8 @@ func (b *Backend) Scan(ctx context.Context, fn func(*idem.Record) bool) error {
 }
 
 func validate(scope, key string) error {
-	if err := idem.ValidateKey(key); err != nil {
+	if err := backend.ValidateKey(key); err != nil {
 		return err
 	}
-	return idem.ValidateStoredScope(scope)
+	return backend.ValidateStoredScope(scope)
 }

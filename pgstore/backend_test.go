@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -35,8 +36,8 @@ const (
 	retention = time.Hour
 )
 
-func claimArgs(fp string, now time.Time) idem.ClaimArgs {
-	return idem.ClaimArgs{Fingerprint: fp, Now: now, LeaseEnds: now.Add(lease), Retention: retention, Owner: "test"}
+func claimArgs(fp string, now time.Time) backend.ClaimArgs {
+	return backend.ClaimArgs{Fingerprint: fp, Now: now, LeaseEnds: now.Add(lease), Retention: retention, Owner: "test"}
 }
 
 func result(body string) idem.Result {
@@ -183,10 +184,10 @@ func TestBackend_Claim_OneWinnerAcrossPools(t *testing.T) {
 	for i := range keys {
 		rec, _, err := b0.Claim(ctx, "s", fmt.Sprintf("r-%d", i), claimArgs("fp", now))
 		require.NoError(t, err)
-		require.NoError(t, b0.Release(ctx, "s", rec.Key, rec.Token, idem.Releasing{At: now, ExpiresAt: now.Add(retention)}))
+		require.NoError(t, b0.Release(ctx, "s", rec.Key, rec.Token, backend.Releasing{At: now, ExpiresAt: now.Add(retention)}))
 		rec, _, err = b0.Claim(ctx, "s", fmt.Sprintf("x-%d", i), claimArgs("fp", now))
 		require.NoError(t, err)
-		require.NoError(t, b0.Complete(ctx, "s", rec.Key, rec.Token, idem.Completion{Result: result("old"), At: now, ExpiresAt: now.Add(time.Minute)}))
+		require.NoError(t, b0.Complete(ctx, "s", rec.Key, rec.Token, backend.Completion{Result: result("old"), At: now, ExpiresAt: now.Add(time.Minute)}))
 	}
 	later := now.Add(time.Minute) // the done records expire exactly now
 	for _, prefix := range []string{"k", "r", "x"} {
@@ -287,7 +288,7 @@ func TestBackend_Times_RoundTripExactly(t *testing.T) {
 	// A retention that runs past what int64 nanoseconds hold is clamped, and
 	// the record still never expires before it.
 	far := now.AddDate(300, 0, 0)
-	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: result("x"), At: now, ExpiresAt: far}))
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: result("x"), At: now, ExpiresAt: far}))
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.True(t, got.ExpiresAt.Equal(time.Unix(0, math.MaxInt64)))
@@ -301,14 +302,14 @@ func TestBackend_Strings_KeptExactly(t *testing.T) {
 	b := newBackend(t, pool(t), nil)
 	// Fingerprints and results are bytes: whatever the caller gives comes back.
 	fp := "sha256:\x00\xff\xfe binary"
-	rec, claimed, err := b.Claim(ctx, "scöpe", "k ~!", idem.ClaimArgs{Fingerprint: fp, Now: epoch, LeaseEnds: epoch.Add(lease), Owner: "own\xffer"})
+	rec, claimed, err := b.Claim(ctx, "scöpe", "k ~!", backend.ClaimArgs{Fingerprint: fp, Now: epoch, LeaseEnds: epoch.Add(lease), Owner: "own\xffer"})
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.Equal(t, fp, rec.Fingerprint)
 	require.Equal(t, "own\uFFFDer", rec.Owner, "informational text is made valid UTF-8")
 	res := idem.Result{Status: 201, Header: map[string][]string{"X-Raw": {"\xff\x00"}}, Body: []byte{0, 1, 2, 255},
 		Error: "err\x00\xff", Truncated: true}
-	require.NoError(t, b.Complete(ctx, "scöpe", "k ~!", rec.Token, idem.Completion{Result: res, At: epoch, ExpiresAt: epoch.Add(retention), Recovered: "bad\x00text\xff"}))
+	require.NoError(t, b.Complete(ctx, "scöpe", "k ~!", rec.Token, backend.Completion{Result: res, At: epoch, ExpiresAt: epoch.Add(retention), Recovered: "bad\x00text\xff"}))
 	got, err := b.Get(ctx, "scöpe", "k ~!")
 	require.NoError(t, err)
 	require.Equal(t, &res, got.Result)
@@ -322,7 +323,7 @@ func TestBackend_Strings_KeptExactly(t *testing.T) {
 }
 
 // staleClaims makes n claims on b whose leases end at epoch+1s.. in order.
-func staleClaims(t testing.TB, b idem.Backend, n int) map[string]uint64 {
+func staleClaims(t testing.TB, b backend.Backend, n int) map[string]uint64 {
 	t.Helper()
 	tokens := map[string]uint64{}
 	for i := range n {
@@ -363,7 +364,7 @@ func TestBackend_Stale_HandsEachClaimToOneInstance(t *testing.T) {
 
 	// A fenced write ends the hand-out: the claim is visible to everyone
 	// as it now is.
-	require.NoError(t, a.Defer(ctx, "s", "k-0001", tokens["k-0001"], idem.Deferral{Checks: 1, NextCheck: now}))
+	require.NoError(t, a.Defer(ctx, "s", "k-0001", tokens["k-0001"], backend.Deferral{Checks: 1, NextCheck: now}))
 	got, err = b.Stale(ctx, now, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"k-0001", "k-0003", "k-0004"}, keysOf(got))
@@ -559,7 +560,7 @@ func TestBackend_StatementTimeout_Unavailable(t *testing.T) {
 	rec, _, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch))
 	require.NoError(t, err)
 	lockRow(t, b, "s", "k")
-	err = b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)})
+	err = b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)})
 	require.ErrorIs(t, err, idem.ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, idem.ErrFenced)
@@ -599,7 +600,7 @@ func TestBackend_AdminShutdown_Unavailable(t *testing.T) {
 	unlock := lockRow(t, b, "s", "k")
 	done := make(chan error, 1)
 	go func() {
-		done <- b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)})
+		done <- b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)})
 	}()
 	// Wait until the call is blocked on the lock, then end its session.
 	for {
@@ -646,7 +647,7 @@ func TestBackend_ConnectionLoss_Unavailable(t *testing.T) {
 	_, err = b.Get(ctx, "s", "held")
 	require.ErrorIs(t, err, idem.ErrUnavailable)
 	require.NotErrorIs(t, err, idem.ErrNotFound)
-	err = b.Complete(ctx, "s", "held", held.Token, idem.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)})
+	err = b.Complete(ctx, "s", "held", held.Token, backend.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)})
 	require.ErrorIs(t, err, idem.ErrUnavailable)
 	require.NotErrorIs(t, err, idem.ErrFenced)
 	_, err = b.Stale(ctx, epoch.Add(time.Hour), 10)
@@ -671,7 +672,7 @@ func TestBackend_ConnectionLoss_Unavailable(t *testing.T) {
 	require.Equal(t, idem.StateInProgress, got.State)
 
 	px.restore()
-	require.NoError(t, b.Complete(ctx, "s", "held", held.Token, idem.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)}))
+	require.NoError(t, b.Complete(ctx, "s", "held", held.Token, backend.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)}))
 	_, claimed, err = b.Claim(ctx, "s", "new", claimArgs("fp", epoch))
 	require.NoError(t, err)
 	require.True(t, claimed)

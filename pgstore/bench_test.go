@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -170,8 +171,8 @@ func BenchmarkClaimPath(b *testing.B) {
 					warm(b, p, g)
 					prefix := keyPrefix()
 					now := time.Now()
-					args := func(now time.Time) idem.ClaimArgs {
-						return idem.ClaimArgs{Fingerprint: "sha256:0123456789abcdef", Now: now,
+					args := func(now time.Time) backend.ClaimArgs {
+						return backend.ClaimArgs{Fingerprint: "sha256:0123456789abcdef", Now: now,
 							LeaseEnds: now.Add(idem.DefaultLease), Retention: idem.DefaultRetention, Owner: "bench"}
 					}
 					if kind == "replay" {
@@ -181,7 +182,7 @@ func BenchmarkClaimPath(b *testing.B) {
 							if err != nil {
 								b.Fatal(err)
 							}
-							err = be.Complete(ctx, "bench", key, rec.Token, idem.Completion{Result: benchResult,
+							err = be.Complete(ctx, "bench", key, rec.Token, backend.Completion{Result: benchResult,
 								At: now, ExpiresAt: now.Add(idem.DefaultRetention)})
 							if err != nil {
 								b.Fatal(err)

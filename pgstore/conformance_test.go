@@ -3,7 +3,7 @@ package pgstore_test
 import (
 	"testing"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -14,7 +14,7 @@ import (
 // backend a test asks for gets a table of its own.
 func TestConformance(t *testing.T) {
 	p := pool(t)
-	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+	idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, p, nil)
 	})
 }
@@ -34,7 +34,7 @@ func TestConformance_SimpleProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+	idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, p, nil)
 	})
 }
@@ -56,7 +56,7 @@ func TestConformance_IsolationLevels(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(p.Close)
-			idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+			idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
 				return newBackend(t, p, nil)
 			})
 		})
@@ -68,7 +68,7 @@ func TestConformance_IsolationLevels(t *testing.T) {
 // takes when most keys it sees are taken.
 func TestConformance_ReadFirst(t *testing.T) {
 	p := pool(t)
-	idemtest.TestBackend(t, func(t testing.TB) idem.Backend {
+	idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
 		b := newBackend(t, p, nil)
 		pgstore.SetReadFirst(b, "always")
 		return b

@@ -11,7 +11,7 @@
 // # Semantics
 //
 // One row per (scope, key) in the records table (default idem_records in the
-// pool's current schema) holds the whole idem.Record in columns. Times are
+// pool's current schema) holds the whole backend.Record in columns. Times are
 // stored as int64 nanoseconds of the Unix epoch, exactly as the Store's clock
 // gave them, and every decision about leases and expiry compares them with
 // the time the Store passes in: the database's own clock is never read, so
@@ -32,14 +32,14 @@
 //
 // Complete, Release, Extend and Defer are fenced: one UPDATE whose WHERE
 // clause names the key, the in-progress state and the token, so a holder
-// whose claim was recovered changes nothing and gets an *idem.FencedError.
+// whose claim was recovered changes nothing and gets an *backend.FencedError.
 //
-// A record's story (idem.Record.Attempts) is a jsonb array in the attempts
+// A record's story (backend.Record.Attempts) is a jsonb array in the attempts
 // column, changed only by SQL inside the statements above: the claim
 // appends the new attempt (keeping the first and the latest ones, at most
-// idem.MaxAttempts), Complete and Release end it. It is written with the row,
+// backend.KeptAttempts), Complete and Release end it. It is written with the row,
 // atomically, and costs no extra round trip. The counts of replays and
-// rejections (idem.Tallier) arrive from the Store in batches: AddTallies
+// rejections (backend.Tallier) arrive from the Store in batches: AddTallies
 // adds a batch to the rows still there with one UPDATE ... FROM unnest(...)
 // per few thousand records, locking the rows in (scope, key) order first so
 // that concurrent batches cannot deadlock, and never creates a row.
@@ -67,7 +67,7 @@
 // that comes while the holder's commit is under way waits for the row's
 // lock and then finds the record done. DoTx's claim is written with its
 // attempt marked "transactional", and recovery releases such a stale claim
-// at once without the Resolver (idem.Transactor): it cannot have committed.
+// at once without the Resolver (backend.Transactor): it cannot have committed.
 // A release, a hold or a panic rolls the transaction back. It costs the
 // round trips of Do with a separate INSERT: the claim, fn's statements (the
 // BEGIN goes with the first), the completion with the COMMIT; and a commit
@@ -78,11 +78,11 @@
 // paused holder can still act after recovery decided. Pass the fencing token
 // downstream (idem.ClaimFromContext) where the downstream can refuse older
 // tokens. What such a holder did is not lost: its fenced completion is
-// recorded late (idem.LateCompleter) in one transaction that locks the
+// recorded late (backend.LateCompleter) in one transaction that locks the
 // record's row first (SELECT ... FOR UPDATE), then saves the result if the
 // row is released or absent (an INSERT ... ON CONFLICT DO NOTHING, which
 // starts over when a claim inserted the row meanwhile), or sets the twice
-// column (idem.Record.MayHaveRunTwice) if the key was claimed again. Claims,
+// column (backend.Record.MayHaveRunTwice) if the key was claimed again. Claims,
 // completions and releases of the key wait for that lock and then see the
 // late outcome. The story is rebuilt in Go and written whole, since the
 // late attempt need not be the last.
@@ -92,11 +92,11 @@
 //
 // Errors: a lost connection, a failover, an administrator's shutdown, a
 // statement timeout, a full pool and every other failure of the database
-// are reported as errors wrapping idem.ErrUnavailable (the Store then runs
+// are reported as errors wrapping backend.ErrUnavailable (the Store then runs
 // no effect); a deadline, the caller's or Options.StatementTimeout's, also
 // matches context.DeadlineExceeded. A caller's cancellation gives an error
 // wrapping context.Canceled. A row that cannot be decoded gives an error
-// wrapping idem.ErrCorrupt. An error is never turned into a claim or a
+// wrapping backend.ErrCorrupt. An error is never turned into a claim or a
 // replay.
 //
 // # Caveats

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -28,7 +28,7 @@ const (
 // error it ends with.
 func (b *Backend) run(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	if b.closed.Load() {
-		return fmt.Errorf("pgstore: %s: %w", op, idem.ErrClosed)
+		return fmt.Errorf("pgstore: %s: %w", op, backend.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return b.fail(ctx, op, err)
@@ -71,17 +71,17 @@ func retryable(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// fail maps an error of a call on ctx to what the idem.Backend contract
+// fail maps an error of a call on ctx to what the backend.Backend contract
 // asks for. The errors the backend makes itself (fenced, not found,
 // corrupt, invalid key, closed) pass unchanged; the caller's cancellation
 // is reported as such; every other error, a deadline included, means the
-// storage could not answer, and wraps idem.ErrUnavailable.
+// storage could not answer, and wraps backend.ErrUnavailable.
 func (b *Backend) fail(ctx context.Context, op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, idem.ErrFenced), errors.Is(err, idem.ErrNotFound), errors.Is(err, idem.ErrCorrupt),
-		errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrClosed), errors.Is(err, idem.ErrUnavailable):
+	case errors.Is(err, backend.ErrFenced), errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrCorrupt),
+		errors.Is(err, backend.ErrInvalidKey), errors.Is(err, backend.ErrClosed), errors.Is(err, backend.ErrUnavailable):
 		return err
 	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("pgstore: %s: %w", op, ctx.Err())
@@ -89,7 +89,7 @@ func (b *Backend) fail(ctx context.Context, op string, err error) error {
 	return &unavailableError{op: op, err: err}
 }
 
-// unavailableError is a storage failure: it matches idem.ErrUnavailable and
+// unavailableError is a storage failure: it matches backend.ErrUnavailable and
 // keeps its cause (a *pgconn.PgError, a network error, a deadline) visible
 // to errors.Is and errors.As.
 type unavailableError struct {
@@ -101,4 +101,4 @@ func (e *unavailableError) Error() string {
 	return "pgstore: " + e.op + ": storage unavailable: " + e.err.Error()
 }
 
-func (e *unavailableError) Unwrap() []error { return []error{idem.ErrUnavailable, e.err} }
+func (e *unavailableError) Unwrap() []error { return []error{backend.ErrUnavailable, e.err} }

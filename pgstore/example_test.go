@@ -36,7 +36,7 @@ func ExampleNew() {
 	})
 	defer store.Close()
 
-	req := idem.Request{Scope: "tenant-42", Key: idem.EffectKey("run-7", "refund:order-123"), Fingerprint: "sha256:..."}
+	req := idem.Request{Scope: "tenant-42", Key: idem.KeyDeriver{}.Effect("run-7", "refund:order-123"), Fingerprint: "sha256:..."}
 	res, replayed, err := store.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
 		// Call the payment provider here.
 		return idem.Result{Status: 200, Body: []byte(`{"refund":"re_1"}`)}, nil

@@ -8,18 +8,18 @@ import (
 	"math"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5"
 )
 
-var _ idem.LateCompleter = (*Backend)(nil)
+var _ backend.LateCompleter = (*Backend)(nil)
 
 // lateQueries fills the statements of CompleteLate. It runs them in one
 // transaction that first locks the row (lateGet), so the record it
 // decides on is the record it writes: a claim, a completion or a release
 // of the key in between waits for the transaction, then sees its outcome
 // (an UPDATE under READ COMMITTED re-reads the row's newest version). The
-// story is built in Go (idem.LateCompletion.Story: the late attempt may sit
+// story is built in Go (backend.LateCompletion.Story: the late attempt may sit
 // anywhere in it) and written whole; the row is locked meanwhile.
 func lateQueries(q *queries, r *strings.Replacer) {
 	q.lateGet = r.Replace(`SELECT {cols} FROM {table} WHERE scope = $1 AND key = $2 FOR UPDATE`)
@@ -50,20 +50,20 @@ UPDATE {table} SET twice = true, attempts = CAST($3 AS jsonb) WHERE scope = $1 A
 // inserted the row it found absent.
 const lateRounds = 4
 
-// CompleteLate implements idem.LateCompleter, in one transaction with the
+// CompleteLate implements backend.LateCompleter, in one transaction with the
 // record's row locked.
-func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uint64, l idem.LateCompletion) (idem.LateOutcome, error) {
+func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uint64, l backend.LateCompletion) (backend.LateOutcome, error) {
 	if err := validate(scope, key); err != nil {
 		return 0, err
 	}
 	if token == 0 || token > math.MaxInt64 {
-		return 0, &idem.FencedError{Scope: scope, Key: key, Token: token} // no sequence gives such a token
+		return 0, &backend.FencedError{Scope: scope, Key: key, Token: token} // no sequence gives such a token
 	}
 	res, err := encodeResult(&l.Result)
 	if err != nil {
 		return 0, err
 	}
-	var out idem.LateOutcome
+	var out backend.LateOutcome
 	err = b.run(ctx, "complete late", func(ctx context.Context) error {
 		for range lateRounds {
 			var done bool
@@ -80,7 +80,7 @@ func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uin
 
 // completeLate runs one transaction of CompleteLate. done is false when
 // the row it found absent was inserted meanwhile: nothing was written.
-func (b *Backend) completeLate(ctx context.Context, scope, key string, token uint64, l idem.LateCompletion, res []byte) (out idem.LateOutcome, done bool, err error) {
+func (b *Backend) completeLate(ctx context.Context, scope, key string, token uint64, l backend.LateCompletion, res []byte) (out backend.LateOutcome, done bool, err error) {
 	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, false, err
@@ -93,18 +93,18 @@ func (b *Backend) completeLate(ctx context.Context, scope, key string, token uin
 		if err != nil {
 			return 0, false, err
 		}
-		tag, err := tx.Exec(ctx, b.q.lateInsert, scope, key, int16(idem.RecordFormat), []byte(l.Fingerprint),
+		tag, err := tx.Exec(ctx, b.q.lateInsert, scope, key, int16(backend.Format), []byte(l.Fingerprint),
 			int64(token), encodeTime(l.ExpiresAt), int64(l.Retention), res, encodeTime(l.ClaimedAt),
 			encodeTime(l.At), text(l.Recovered), story)
 		if err != nil || tag.RowsAffected() == 0 {
 			return 0, false, err
 		}
-		out = idem.LateRecorded
+		out = backend.LateRecorded
 	case err != nil:
 		return 0, false, err
-	case rec.State == idem.StateDone && rec.Token == token:
-		return idem.LateRecorded, true, nil // recorded already
-	case rec.State == idem.StateReleased || (rec.State == idem.StateInProgress && rec.Token == token):
+	case rec.State == backend.StateDone && rec.Token == token:
+		return backend.LateRecorded, true, nil // recorded already
+	case rec.State == backend.StateReleased || (rec.State == backend.StateInProgress && rec.Token == token):
 		story, err := encodeAttempts(l.Story(rec.Attempts, token, false))
 		if err != nil {
 			return 0, false, err
@@ -113,7 +113,7 @@ func (b *Backend) completeLate(ctx context.Context, scope, key string, token uin
 			encodeTime(l.ExpiresAt), text(l.Recovered), story); err != nil {
 			return 0, false, err
 		}
-		out = idem.LateRecorded
+		out = backend.LateRecorded
 	default:
 		story, err := encodeAttempts(l.Story(rec.Attempts, token, true))
 		if err != nil {
@@ -122,7 +122,7 @@ func (b *Backend) completeLate(ctx context.Context, scope, key string, token uin
 		if _, err := tx.Exec(ctx, b.q.lateTwice, scope, key, story); err != nil {
 			return 0, false, err
 		}
-		out = idem.LateRanTwice
+		out = backend.LateRanTwice
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, false, err
@@ -143,7 +143,7 @@ type storedAttempt struct {
 }
 
 // encodeAttempts encodes a story for the attempts column, as text.
-func encodeAttempts(as []idem.Attempt) (string, error) {
+func encodeAttempts(as []backend.Attempt) (string, error) {
 	out := make([]storedAttempt, len(as))
 	for i, a := range as {
 		out[i] = storedAttempt{Token: int64(a.Token), ClaimedAt: encodeTime(a.ClaimedAt), Owner: text(a.Owner),

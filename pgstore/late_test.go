@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/stretchr/testify/require"
 )
 
-func lateCompletion(body string, now time.Time) idem.LateCompletion {
-	return idem.LateCompletion{
-		Completion:  idem.Completion{Result: result(body), At: now, ExpiresAt: now.Add(retention)},
+func lateCompletion(body string, now time.Time) backend.LateCompletion {
+	return backend.LateCompletion{
+		Completion:  backend.Completion{Result: result(body), At: now, ExpiresAt: now.Add(retention)},
 		Fingerprint: "fp", Retention: retention, ClaimedAt: now, Owner: "late",
 	}
 }
@@ -30,7 +31,7 @@ func TestBackend_CompleteLate_RacesAClaim(t *testing.T) {
 	claimer := newBackend(t, newPool(t, 4), &pgstore.Options{Table: tableName(b0)})
 	now := epoch
 	const rounds = 40
-	outcomes := map[idem.LateOutcome]int{}
+	outcomes := map[backend.LateOutcome]int{}
 	for i := range rounds {
 		key := fmt.Sprintf("k-%d", i)
 		rec, _, err := b0.Claim(ctx, "s", key, claimArgs("fp", now))
@@ -39,14 +40,14 @@ func TestBackend_CompleteLate_RacesAClaim(t *testing.T) {
 		if i%2 == 1 {
 			exp = now // reclaimed below: the late completion finds the key absent
 		}
-		require.NoError(t, b0.Release(ctx, "s", key, rec.Token, idem.Releasing{At: now, ExpiresAt: exp}))
+		require.NoError(t, b0.Release(ctx, "s", key, rec.Token, backend.Releasing{At: now, ExpiresAt: exp}))
 		if i%2 == 1 {
 			_, err := b0.Reclaim(ctx, now, 10)
 			require.NoError(t, err)
 		}
 		var (
 			wg      sync.WaitGroup
-			out     idem.LateOutcome
+			out     backend.LateOutcome
 			claimed bool
 			lateErr error
 			claimEr error
@@ -66,12 +67,12 @@ func TestBackend_CompleteLate_RacesAClaim(t *testing.T) {
 		got, err := b0.Get(ctx, "s", key)
 		require.NoError(t, err)
 		switch out {
-		case idem.LateRecorded:
+		case backend.LateRecorded:
 			require.False(t, claimed, "%s: the late result was recorded first: the claim must find it done", key)
 			require.Equal(t, idem.StateDone, got.State)
 			require.Equal(t, "late", string(got.Result.Body))
 			require.False(t, got.MayHaveRunTwice)
-		case idem.LateRanTwice:
+		case backend.LateRanTwice:
 			require.True(t, claimed, "%s: marked although nobody claimed it", key)
 			require.Equal(t, idem.StateInProgress, got.State)
 			require.True(t, got.MayHaveRunTwice)
@@ -80,7 +81,7 @@ func TestBackend_CompleteLate_RacesAClaim(t *testing.T) {
 		}
 		outcomes[out]++
 	}
-	t.Logf("of %d races: %d recorded late, %d marked", rounds, outcomes[idem.LateRecorded], outcomes[idem.LateRanTwice])
+	t.Logf("of %d races: %d recorded late, %d marked", rounds, outcomes[backend.LateRecorded], outcomes[backend.LateRanTwice])
 }
 
 // Do through a Store on pgstore: a holder paused past its lease finishes

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/pgstore/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -186,7 +187,7 @@ func startCluster() (url string, stop func(), err error) {
 }
 
 // newStore wraps b in a Store, closed when the test ends.
-func newStore(tb testing.TB, b idem.Backend, o *idem.Options) *idem.Store {
+func newStore(tb testing.TB, b backend.Backend, o *idem.Options) *idem.Store {
 	tb.Helper()
 	s := idem.New(b, o)
 	tb.Cleanup(func() { _ = s.Close() })

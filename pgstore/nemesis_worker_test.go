@@ -315,7 +315,7 @@ func nemesisCall(s *idem.Store, pool *pgxpool.Pool, cfg nemesisConfig, out *work
 	var res idem.Result
 	var err error
 	if cfg.mode == modeTx {
-		res, _, err = pgstore.DoTx(ctx, s, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+		res, _, err = idem.DoTx(ctx, s, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 			return effect(ctx, tx.Exec)
 		})
 	} else {

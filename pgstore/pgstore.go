@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -43,7 +43,7 @@ type Options struct {
 
 	// StatementTimeout bounds each call's time in the database, acquiring
 	// a connection included. A call that runs out of it fails with an error
-	// wrapping idem.ErrUnavailable and context.DeadlineExceeded, so a hung
+	// wrapping backend.ErrUnavailable and context.DeadlineExceeded, so a hung
 	// server makes requests fail rather than wait. Default 10 seconds;
 	// negative means no bound beyond the caller's context.
 	StatementTimeout time.Duration
@@ -57,7 +57,7 @@ type Options struct {
 	HandOut time.Duration
 }
 
-// Backend is an idem.Backend storing records in a PostgreSQL table. It is
+// Backend is an backend.Backend storing records in a PostgreSQL table. It is
 // safe for concurrent use, and any number of Backends in any number of
 // processes may share one table.
 type Backend struct {
@@ -72,8 +72,8 @@ type Backend struct {
 }
 
 var (
-	_ idem.Backend = (*Backend)(nil)
-	_ idem.Lister  = (*Backend)(nil)
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Lister  = (*Backend)(nil)
 )
 
 // New returns a Backend on the caller's pool, after creating or upgrading
@@ -82,7 +82,7 @@ var (
 // number of instances may start at once. When the schema is current New
 // changes nothing and needs no privilege beyond reading and writing the
 // tables. New returns an error wrapping ErrSchemaVersion when the tables
-// were created by a newer release, and one wrapping idem.ErrUnavailable
+// were created by a newer release, and one wrapping backend.ErrUnavailable
 // when the database cannot be reached.
 //
 // The pool stays the caller's: Close does not close it.
@@ -128,7 +128,7 @@ func (b *Backend) Table() string { return b.table }
 func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
 
 // Close ends the Backend: later calls fail with an error wrapping
-// idem.ErrClosed. It does not close the pool, which stays the caller's, and
+// backend.ErrClosed. It does not close the pool, which stays the caller's, and
 // always returns nil.
 func (b *Backend) Close() error {
 	b.closed.Store(true)

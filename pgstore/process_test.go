@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
@@ -413,7 +414,7 @@ func TestCrash_KilledHolderIsRecovered(t *testing.T) {
 	require.Equal(t, idem.SweepReport{Stale: keys + 1, Committed: keys/2 + 1, NotCommitted: keys / 2}, rep)
 
 	// A zombie holder's late write is fenced off.
-	err = b.Complete(ctx, "crash", "hold-01", tokens["hold-01"], idem.Completion{Result: idem.Result{Body: []byte("late")}, At: clk.Now(), ExpiresAt: clk.Now().Add(time.Hour)})
+	err = b.Complete(ctx, "crash", "hold-01", tokens["hold-01"], backend.Completion{Result: idem.Result{Body: []byte("late")}, At: clk.Now(), ExpiresAt: clk.Now().Add(time.Hour)})
 	require.ErrorIs(t, err, idem.ErrFenced)
 
 	check := func(key string, committed bool) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +19,7 @@ func TestClaim_ReadFirstFollowsTheMix(t *testing.T) {
 	rec, claimed, err := b.Claim(ctx, "s", "done", claimArgs("fp", epoch))
 	require.NoError(t, err)
 	require.True(t, claimed)
-	require.NoError(t, b.Complete(ctx, "s", "done", rec.Token, idem.Completion{Result: result("r"), At: epoch,
+	require.NoError(t, b.Complete(ctx, "s", "done", rec.Token, backend.Completion{Result: result("r"), At: epoch,
 		ExpiresAt: epoch.Add(retention)}))
 	require.False(t, pgstore.ReadsFirst(b), "a new Backend claims with the batch")
 
@@ -51,14 +52,14 @@ func TestClaim_ReadFirstFollowsTheMix(t *testing.T) {
 	}
 }
 
-// A brief read first (idem.ClaimArgs.Brief, as Store.Begin claims) answers
+// A brief read first (backend.ClaimArgs.Brief, as Store.Begin claims) answers
 // a done key with what a replay reads, and leaves an open claim to the
 // batch, which returns it whole.
 func TestClaim_BriefReadFirst(t *testing.T) {
 	b := newBackend(t, pool(t), nil)
 	t.Cleanup(func() { _ = b.Close() })
 	pgstore.SetReadFirst(b, "always")
-	brief := func(fp string) idem.ClaimArgs {
+	brief := func(fp string) backend.ClaimArgs {
 		a := claimArgs(fp, epoch)
 		a.Brief = true
 		return a
@@ -74,7 +75,7 @@ func TestClaim_BriefReadFirst(t *testing.T) {
 	require.Len(t, open.Attempts, 1)
 	require.True(t, open.LeaseEnds.Equal(rec.LeaseEnds))
 
-	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: result("r"), At: epoch,
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: result("r"), At: epoch,
 		ExpiresAt: epoch.Add(retention)}))
 	whole, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)

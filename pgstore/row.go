@@ -8,19 +8,19 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Record states as stored in the state column.
 const (
-	stateInProgress = int16(idem.StateInProgress)
-	stateDone       = int16(idem.StateDone)
-	stateReleased   = int16(idem.StateReleased)
+	stateInProgress = int16(backend.StateInProgress)
+	stateDone       = int16(backend.StateDone)
+	stateReleased   = int16(backend.StateReleased)
 )
 
-// recordColumns are the columns that hold an idem.Record, in the order
+// recordColumns are the columns that hold an backend.Record, in the order
 // row.dest lists them.
 const recordColumns = "scope, key, format, state, fingerprint, token, lease_ends, expires_at, " +
 	"retention, result, first_seen, claimed_at, done_at, claims, checks, next_check, attention, recovered, owner, " +
@@ -65,7 +65,7 @@ func (r *row) dest(extra ...any) []any {
 }
 
 // scanRecord reads one row of recordColumns and decodes it.
-func scanRecord(s pgx.Row) (*idem.Record, error) {
+func scanRecord(s pgx.Row) (*backend.Record, error) {
 	var r row
 	if err := s.Scan(r.dest()...); err != nil {
 		return nil, err
@@ -74,17 +74,17 @@ func scanRecord(s pgx.Row) (*idem.Record, error) {
 }
 
 // record decodes the row, checking what a Record must satisfy. A row that
-// fails gives an error wrapping idem.ErrCorrupt: a newer format, an unknown
+// fails gives an error wrapping backend.ErrCorrupt: a newer format, an unknown
 // state, a done record without a result, a result that does not decode.
-func (r *row) record() (*idem.Record, error) {
+func (r *row) record() (*backend.Record, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	rec := &idem.Record{
+	rec := &backend.Record{
 		Format:          uint8(r.format),
 		Scope:           r.scope,
 		Key:             r.key,
-		State:           idem.State(r.state),
+		State:           backend.State(r.state),
 		Fingerprint:     string(r.fingerprint),
 		Token:           uint64(r.token),
 		LeaseEnds:       decodeTime(r.leaseEnds),
@@ -120,16 +120,16 @@ func (r *row) record() (*idem.Record, error) {
 	return rec, nil
 }
 
-// corrupt returns an error wrapping idem.ErrCorrupt about r's record.
+// corrupt returns an error wrapping backend.ErrCorrupt about r's record.
 func (r *row) corrupt(format string, a ...any) error {
-	return fmt.Errorf("%w: pgstore: record %q in scope %q: %s", idem.ErrCorrupt, r.key, r.scope, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: pgstore: record %q in scope %q: %s", backend.ErrCorrupt, r.key, r.scope, fmt.Sprintf(format, a...))
 }
 
 // check checks what a Record must satisfy of the columns scanned into r
 // (the counts are zero when scanBrief read it).
 func (r *row) check() error {
 	switch {
-	case r.format < 1 || r.format > idem.RecordFormat:
+	case r.format < 1 || r.format > backend.Format:
 		return r.corrupt("unknown format version %d", r.format)
 	case r.state != stateInProgress && r.state != stateDone && r.state != stateReleased:
 		return r.corrupt("unknown state %d", r.state)
@@ -137,28 +137,28 @@ func (r *row) check() error {
 		return r.corrupt("done record without a result")
 	case r.token <= 0 || r.claims < 0 || r.checks < 0:
 		return r.corrupt("token %d, claims %d, checks %d", r.token, r.claims, r.checks)
-	case idem.ValidateKey(r.key) != nil || idem.ValidateStoredScope(r.scope) != nil:
+	case backend.ValidateKey(r.key) != nil || backend.ValidateStoredScope(r.scope) != nil:
 		return r.corrupt("malformed scope or key")
 	}
 	return nil
 }
 
 // decodeResult decodes the result column of a done record.
-func (r *row) decodeResult() (*idem.Result, error) {
-	var res idem.Result
+func (r *row) decodeResult() (*backend.Result, error) {
+	var res backend.Result
 	if err := msgpack.Unmarshal(r.result, &res); err != nil {
 		return nil, r.corrupt("result: %v", err)
 	}
 	return &res, nil
 }
 
-// briefColumns are what a replay reads (idem.ClaimArgs.Brief), in the order
+// briefColumns are what a replay reads (backend.ClaimArgs.Brief), in the order
 // scanBrief lists them.
 const briefColumns = "format, state, fingerprint, token, expires_at, result"
 
 // scanBrief reads one row of briefColumns for (scope, key) and decodes it
 // into a record with only those fields, checked as record checks them.
-func scanBrief(s pgx.Row, scope, key string) (*idem.Record, error) {
+func scanBrief(s pgx.Row, scope, key string) (*backend.Record, error) {
 	r := row{scope: scope, key: key}
 	if err := s.Scan(&r.format, &r.state, &r.fingerprint, &r.token, &r.expiresAt, &r.result); err != nil {
 		return nil, err
@@ -166,7 +166,7 @@ func scanBrief(s pgx.Row, scope, key string) (*idem.Record, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	rec := &idem.Record{Format: uint8(r.format), Scope: scope, Key: key, State: idem.State(r.state),
+	rec := &backend.Record{Format: uint8(r.format), Scope: scope, Key: key, State: backend.State(r.state),
 		Fingerprint: string(r.fingerprint), Token: uint64(r.token), ExpiresAt: decodeTime(r.expiresAt)}
 	if r.state == stateDone {
 		res, err := r.decodeResult()
@@ -178,7 +178,7 @@ func scanBrief(s pgx.Row, scope, key string) (*idem.Record, error) {
 	return rec, nil
 }
 
-// attempt is an idem.Attempt as stored in the attempts column: one object
+// attempt is an backend.Attempt as stored in the attempts column: one object
 // of its jsonb array, written by the statements in backend.go. Times are
 // encodeTime's nanoseconds; jsonb keeps numbers exactly. A missing "e" is an
 // open claim.
@@ -193,7 +193,7 @@ type attempt struct {
 }
 
 // decodeAttempts decodes the attempts column; an empty story is nil.
-func decodeAttempts(b []byte) ([]idem.Attempt, error) {
+func decodeAttempts(b []byte) ([]backend.Attempt, error) {
 	var as []attempt
 	if err := json.Unmarshal(b, &as); err != nil {
 		return nil, err
@@ -201,12 +201,12 @@ func decodeAttempts(b []byte) ([]idem.Attempt, error) {
 	if len(as) == 0 {
 		return nil, nil
 	}
-	out := make([]idem.Attempt, len(as))
+	out := make([]backend.Attempt, len(as))
 	for i, a := range as {
 		if a.Token <= 0 {
 			return nil, fmt.Errorf("attempt %d has token %d", i, a.Token)
 		}
-		out[i] = idem.Attempt{Token: uint64(a.Token), ClaimedAt: decodeTime(a.ClaimedAt), Owner: a.Owner,
+		out[i] = backend.Attempt{Token: uint64(a.Token), ClaimedAt: decodeTime(a.ClaimedAt), Owner: a.Owner,
 			Outcome: a.Outcome, Reason: a.Reason, Status: a.Status}
 		if a.EndedAt != nil {
 			out[i].EndedAt = decodeTime(*a.EndedAt)
@@ -217,7 +217,7 @@ func decodeAttempts(b []byte) ([]idem.Attempt, error) {
 
 // encodeResult encodes a result for the result column, in the msgpack
 // encoding idem's record codec (internal/codec) uses for it.
-func encodeResult(res *idem.Result) ([]byte, error) {
+func encodeResult(res *backend.Result) ([]byte, error) {
 	b, err := msgpack.Marshal(res)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: encode result: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -25,7 +26,7 @@ func TestBackend_Story_InEveryRead(t *testing.T) {
 	rec, claimed, err := b.Claim(ctx, "s", "k", a)
 	require.NoError(t, err)
 	require.True(t, claimed)
-	want := []idem.Attempt{{Token: rec.Token, ClaimedAt: epoch, Owner: "own\uFFFDer"}}
+	want := []backend.Attempt{{Token: rec.Token, ClaimedAt: epoch, Owner: "own\uFFFDer"}}
 	require.Equal(t, want, rec.Attempts)
 
 	stale, err := b.Stale(ctx, epoch.Add(lease), 10)
@@ -36,10 +37,10 @@ func TestBackend_Story_InEveryRead(t *testing.T) {
 	// Extend and Defer leave the story alone; a reason with bytes text
 	// cannot hold is made storable, as the Recovered column's is.
 	require.NoError(t, b.Extend(ctx, "s", "k", rec.Token, epoch.Add(time.Hour)))
-	require.NoError(t, b.Defer(ctx, "s", "k", rec.Token, idem.Deferral{Checks: 1, NextCheck: epoch}))
+	require.NoError(t, b.Defer(ctx, "s", "k", rec.Token, backend.Deferral{Checks: 1, NextCheck: epoch}))
 	at := epoch.Add(1500 * time.Millisecond).Add(7)
-	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, idem.Releasing{At: at, ExpiresAt: at.Add(retention), Reason: "nul\x00 and \xff",
-		Ending: idem.Ending{At: at, Outcome: "released", Reason: "nul\x00 and \xff"}}))
+	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, backend.Releasing{At: at, ExpiresAt: at.Add(retention), Reason: "nul\x00 and \xff",
+		Ending: backend.Ending{At: at, Outcome: "released", Reason: "nul\x00 and \xff"}}))
 	want[0].EndedAt, want[0].Outcome, want[0].Reason = at, "released", "nul and \uFFFD"
 	var scanned []*idem.Record
 	require.NoError(t, b.Scan(ctx, func(r *idem.Record) bool { scanned = append(scanned, r); return true }))
@@ -51,17 +52,17 @@ func TestBackend_Story_InEveryRead(t *testing.T) {
 	rec2, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", at))
 	require.NoError(t, err)
 	require.True(t, claimed)
-	require.NoError(t, b.Complete(ctx, "s", "k", rec2.Token, idem.Completion{
+	require.NoError(t, b.Complete(ctx, "s", "k", rec2.Token, backend.Completion{
 		Result: idem.Result{Status: 599}, At: at.Add(time.Second), ExpiresAt: at.Add(retention), Recovered: "committed\x00",
-		Ending: idem.Ending{At: at.Add(time.Second), Outcome: "recovered: committed\x00", Status: 599}}))
+		Ending: backend.Ending{At: at.Add(time.Second), Outcome: "recovered: committed\x00", Status: 599}}))
 	got, err := b.Get(ctx, "s", "k")
 	require.NoError(t, err)
-	want = append(want, idem.Attempt{Token: rec2.Token, ClaimedAt: at, Owner: "test",
+	want = append(want, backend.Attempt{Token: rec2.Token, ClaimedAt: at, Owner: "test",
 		EndedAt: at.Add(time.Second), Outcome: "recovered: committed", Status: 599})
 	require.Equal(t, want, got.Attempts)
 
 	// A holder fenced out changes nothing in the story either.
-	require.ErrorIs(t, b.Complete(ctx, "s", "k", rec.Token, idem.Completion{Result: result("late"), At: at, ExpiresAt: at}), idem.ErrFenced)
+	require.ErrorIs(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: result("late"), At: at, ExpiresAt: at}), idem.ErrFenced)
 	got, err = b.Get(ctx, "s", "k")
 	require.NoError(t, err)
 	require.Equal(t, want, got.Attempts)
@@ -71,13 +72,13 @@ func TestBackend_AddTallies(t *testing.T) {
 	b := newBackend(t, pool(t), nil)
 	done, _, err := b.Claim(ctx, "s", "done", claimArgs("fp", epoch))
 	require.NoError(t, err)
-	require.NoError(t, b.Complete(ctx, "s", "done", done.Token, idem.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)}))
+	require.NoError(t, b.Complete(ctx, "s", "done", done.Token, backend.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)}))
 	open, _, err := b.Claim(ctx, "s", "open", claimArgs("fp", epoch))
 	require.NoError(t, err)
 
 	t1, t2 := epoch.Add(time.Second+3), epoch.Add(2*time.Second+5)
 	require.NoError(t, b.AddTallies(ctx, nil))
-	require.NoError(t, b.AddTallies(ctx, []idem.Tally{
+	require.NoError(t, b.AddTallies(ctx, []backend.Tally{
 		{Scope: "s", Key: "done", Replays: 2, LastReplay: t2},
 		{Scope: "s", Key: "done", Replays: 1, Mismatches: 1, LastReplay: t1, LastRejection: t1}, // merged
 		{Scope: "s", Key: "open", Conflicts: 4, LastRejection: t2},
@@ -94,14 +95,14 @@ func TestBackend_AddTallies(t *testing.T) {
 
 	// Counts add up; the last times are the latest, whatever order the
 	// batches arrive in.
-	require.NoError(t, b.AddTallies(ctx, []idem.Tally{{Scope: "s", Key: "done", Replays: 1, LastReplay: t1}}))
+	require.NoError(t, b.AddTallies(ctx, []backend.Tally{{Scope: "s", Key: "done", Replays: 1, LastReplay: t1}}))
 	got, err = b.Get(ctx, "s", "done")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), got.Replays)
 	require.True(t, got.LastReplay.Equal(t2))
 
 	// A released record's counts go on into its next claim ...
-	require.NoError(t, b.Release(ctx, "s", "open", open.Token, idem.Releasing{At: t2, ExpiresAt: t2.Add(retention), Reason: "r"}))
+	require.NoError(t, b.Release(ctx, "s", "open", open.Token, backend.Releasing{At: t2, ExpiresAt: t2.Add(retention), Reason: "r"}))
 	again, claimed, err := b.Claim(ctx, "s", "open", claimArgs("fp", t2))
 	require.NoError(t, err)
 	require.True(t, claimed)
@@ -116,7 +117,7 @@ func TestBackend_AddTallies(t *testing.T) {
 	require.Zero(t, fresh.Replays+fresh.Conflicts+fresh.Mismatches)
 	require.True(t, fresh.LastReplay.IsZero())
 	require.True(t, fresh.LastRejection.IsZero())
-	require.Equal(t, []idem.Attempt{{Token: fresh.Token, ClaimedAt: later, Owner: "test"}}, fresh.Attempts)
+	require.Equal(t, []backend.Attempt{{Token: fresh.Token, ClaimedAt: later, Owner: "test"}}, fresh.Attempts)
 }
 
 // Instances tallying the same records at once lose no count: each batch
@@ -136,9 +137,9 @@ func TestBackend_AddTallies_ConcurrentInstances(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for r := range rounds {
-				batch := make([]idem.Tally, keys)
+				batch := make([]backend.Tally, keys)
 				for i := range batch {
-					batch[i] = idem.Tally{Scope: "s", Key: fmt.Sprintf("k%03d", i), Replays: 1, Conflicts: int64(w),
+					batch[i] = backend.Tally{Scope: "s", Key: fmt.Sprintf("k%03d", i), Replays: 1, Conflicts: int64(w),
 						LastReplay: epoch.Add(time.Duration(w*rounds+r) * time.Second)}
 				}
 				rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
@@ -170,7 +171,7 @@ func TestNew_UpgradesVersion1(t *testing.T) {
 	require.NoError(t, err)
 	rel, _, err := b.Claim(ctx, "s", "released", claimArgs("fp", epoch))
 	require.NoError(t, err)
-	require.NoError(t, b.Release(ctx, "s", "released", rel.Token, idem.Releasing{At: epoch, ExpiresAt: epoch.Add(retention)}))
+	require.NoError(t, b.Release(ctx, "s", "released", rel.Token, backend.Releasing{At: epoch, ExpiresAt: epoch.Add(retention)}))
 	p.Close()
 	// Back to version 1: what migrations 2 and 3 add is dropped.
 	mustExec(t, "ALTER TABLE "+b.Table()+" DROP COLUMN attempts, DROP COLUMN replays, DROP COLUMN last_replay, "+
@@ -193,8 +194,8 @@ func TestNew_UpgradesVersion1(t *testing.T) {
 	require.True(t, got.LastReplay.IsZero())
 	require.True(t, got.LastRejection.IsZero())
 	// The claim of version 1 ends without an attempt to end.
-	require.NoError(t, b2.Complete(ctx, "s", "open", open.Token, idem.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)}))
-	require.NoError(t, b2.AddTallies(ctx, []idem.Tally{{Scope: "s", Key: "open", Replays: 1, LastReplay: epoch}}))
+	require.NoError(t, b2.Complete(ctx, "s", "open", open.Token, backend.Completion{Result: result("x"), At: epoch, ExpiresAt: epoch.Add(retention)}))
+	require.NoError(t, b2.AddTallies(ctx, []backend.Tally{{Scope: "s", Key: "open", Replays: 1, LastReplay: epoch}}))
 	got, err = b2.Get(ctx, "s", "open")
 	require.NoError(t, err)
 	require.Nil(t, got.Attempts)
@@ -204,5 +205,5 @@ func TestNew_UpgradesVersion1(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.Equal(t, 2, next.Claims)
-	require.Equal(t, []idem.Attempt{{Token: next.Token, ClaimedAt: epoch, Owner: "test"}}, next.Attempts)
+	require.Equal(t, []backend.Attempt{{Token: next.Token, ClaimedAt: epoch, Owner: "test"}}, next.Attempts)
 }

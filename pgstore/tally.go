@@ -6,10 +6,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
-var _ idem.Tallier = (*Backend)(nil)
+var _ backend.Tallier = (*Backend)(nil)
 
 // tallyBatch is the most records one tally statement updates. A statement
 // holds the locks of the rows it updated until it commits; a bound keeps
@@ -17,14 +17,14 @@ var _ idem.Tallier = (*Backend)(nil)
 // hands over a large batch, at the price of one round trip per batch.
 const tallyBatch = 4096
 
-// AddTallies implements idem.Tallier. It adds the counts of up to
+// AddTallies implements backend.Tallier. It adds the counts of up to
 // tallyBatch records in one UPDATE, adding counts and keeping the latest of
 // the last times; records that no longer exist are skipped. Several
 // tallies for one record are merged first. A larger slice takes one
 // statement per tallyBatch records, each committed on its own: an error
 // may leave the batches before it applied.
-func (b *Backend) AddTallies(ctx context.Context, tallies []idem.Tally) error {
-	merged := make(map[[2]string]*idem.Tally, len(tallies))
+func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
+	merged := make(map[[2]string]*backend.Tally, len(tallies))
 	for _, t := range tallies {
 		if validate(t.Scope, t.Key) != nil {
 			continue // no such record can exist
@@ -43,13 +43,13 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []idem.Tally) error {
 	if len(merged) == 0 {
 		return nil
 	}
-	all := make([]*idem.Tally, 0, len(merged))
+	all := make([]*backend.Tally, 0, len(merged))
 	for _, t := range merged {
 		all = append(all, t)
 	}
 	// Key order, the byte order of the "C" collation of the primary key,
 	// so that concurrent batches lock their common rows in the same order.
-	slices.SortFunc(all, func(x, y *idem.Tally) int {
+	slices.SortFunc(all, func(x, y *backend.Tally) int {
 		return cmp.Or(cmp.Compare(x.Scope, y.Scope), cmp.Compare(x.Key, y.Key))
 	})
 	for chunk := range slices.Chunk(all, tallyBatch) {

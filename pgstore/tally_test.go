@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 )
@@ -34,9 +35,9 @@ func TestBackend_AddTallies_LocksInKeyOrder(t *testing.T) {
 	_, err = tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE scope = 's' AND key = $1 FOR UPDATE", key(held))
 	require.NoError(t, err)
 
-	batch := make([]idem.Tally, keys)
+	batch := make([]backend.Tally, keys)
 	for i, j := range rand.Perm(keys) {
-		batch[i] = idem.Tally{Scope: "s", Key: key(j), Replays: 1, LastReplay: epoch}
+		batch[i] = backend.Tally{Scope: "s", Key: key(j), Replays: 1, LastReplay: epoch}
 	}
 	tallied := make(chan error, 1)
 	go func() { tallied <- b.AddTallies(ctx, batch) }()

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -41,7 +40,7 @@ func BenchmarkLedgerEffect(b *testing.B) {
 					req := idem.Request{Scope: "bench", Key: prefix + strconv.FormatInt(n.Add(1), 10), Fingerprint: "sha256:0123456789abcdef"}
 					var err error
 					if mode == "DoTx" {
-						_, _, err = pgstore.DoTx(ctx, s, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+						_, _, err = idem.DoTx(ctx, s, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 							_, err := tx.Exec(ctx, insert, req.Key)
 							return benchResult, err
 						})

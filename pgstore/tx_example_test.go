@@ -18,7 +18,7 @@ import (
 // Resolver is needed for such claims.
 //
 // The example needs a server, so it is compiled but not run.
-func ExampleDoTx() {
+func ExampleBackend_BeginTx() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -32,8 +32,8 @@ func ExampleDoTx() {
 	store := idem.New(backend, nil)
 	defer store.Close()
 
-	req := idem.Request{Key: idem.EffectKey("run-7", "refund:order-123"), Fingerprint: "sha256:..."}
-	res, replayed, err := pgstore.DoTx(ctx, store, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	req := idem.Request{Key: idem.KeyDeriver{}.Effect("run-7", "refund:order-123"), Fingerprint: "sha256:..."}
+	res, replayed, err := idem.DoTx(ctx, store, req, func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		_, err := tx.Exec(ctx, `INSERT INTO refunds (order_id, amount) VALUES ($1, $2)`, "order-123", 1250)
 		return idem.Result{Status: 201}, err
 	})

@@ -65,12 +65,12 @@ func TestDoTx_EffectCommitsWithRecord(t *testing.T) {
 		runs++
 		return result("paid"), f.insert(ctx, tx, "k1", "a")
 	}
-	res, replayed, err := pgstore.DoTx(ctx, s, req("k1"), fn)
+	res, replayed, err := idem.DoTx(ctx, s, req("k1"), fn)
 	require.NoError(t, err)
 	require.False(t, replayed)
 	require.Equal(t, "paid", string(res.Body))
 
-	res, replayed, err = pgstore.DoTx(ctx, s, req("k1"), fn)
+	res, replayed, err = idem.DoTx(ctx, s, req("k1"), fn)
 	require.NoError(t, err)
 	require.True(t, replayed)
 	require.Equal(t, "paid", string(res.Body))
@@ -105,7 +105,7 @@ func TestDoTx_PausedHolderCannotCommitAfterRecovery(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, _, err := pgstore.DoTx(ctx, s1, req("k"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+		res, _, err := idem.DoTx(ctx, s1, req("k"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 			err := f.insert(ctx, tx, "k", "paused")
 			close(written)
 			<-resume // paused: clock1 stands still, so no heartbeat extends
@@ -126,7 +126,7 @@ func TestDoTx_PausedHolderCannotCommitAfterRecovery(t *testing.T) {
 	require.Equal(t, idem.StateReleased, rec.State)
 	require.Equal(t, "recovered: transactional effect not committed", rec.Attempts[len(rec.Attempts)-1].Reason)
 
-	res, replayed, err := pgstore.DoTx(ctx, s2, req("k"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	res, replayed, err := idem.DoTx(ctx, s2, req("k"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		return result("second"), f.insert(ctx, tx, "k", "second")
 	})
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestDoTx_PausedHolderCannotCommitAfterRecovery(t *testing.T) {
 	require.Equal(t, "first", string(out.res.Body), "Do returns what fn returned")
 	require.Equal(t, []string{"second"}, f.rows(t, "k"), "the paused holder's write was rolled back")
 
-	res, replayed, err = pgstore.DoTx(ctx, s1, req("k"), func(context.Context, pgx.Tx) (idem.Result, error) {
+	res, replayed, err = idem.DoTx(ctx, s1, req("k"), func(context.Context, pgx.Tx) (idem.Result, error) {
 		t.Error("the effect ran again")
 		return idem.Result{}, nil
 	})
@@ -170,7 +170,7 @@ func TestDoTx_ReleaseRollsBackEffect(t *testing.T) {
 	f := newTxFixture(t)
 	s := f.store(t, nil)
 	boom := errors.New("declined")
-	_, _, err := pgstore.DoTx(ctx, s, req("r"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	_, _, err := idem.DoTx(ctx, s, req("r"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		if err := f.insert(ctx, tx, "r", "failed"); err != nil {
 			return idem.Result{}, err
 		}
@@ -183,14 +183,14 @@ func TestDoTx_ReleaseRollsBackEffect(t *testing.T) {
 	require.Equal(t, idem.StateReleased, rec.State)
 
 	// A 500 is released by the default policy too, and rolled back.
-	res, _, err := pgstore.DoTx(ctx, s, req("r"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	res, _, err := idem.DoTx(ctx, s, req("r"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		return idem.Result{Status: 503}, f.insert(ctx, tx, "r", "503")
 	})
 	require.NoError(t, err)
 	require.Equal(t, 503, res.Status)
 	require.Empty(t, f.rows(t, "r"))
 
-	_, replayed, err := pgstore.DoTx(ctx, s, req("r"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	_, replayed, err := idem.DoTx(ctx, s, req("r"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		return result("ok"), f.insert(ctx, tx, "r", "ok")
 	})
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestDoTx_PanicRollsBackAndReleases(t *testing.T) {
 			s := f.store(t, opts)
 			func() {
 				defer func() { require.Equal(t, "bug", recover()) }()
-				_, _, _ = pgstore.DoTx(ctx, s, req("p"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+				_, _, _ = idem.DoTx(ctx, s, req("p"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 					require.NoError(t, f.insert(ctx, tx, "p", "panicked"))
 					panic("bug")
 				})
@@ -236,7 +236,7 @@ func TestDoTx_HoldRollsBackThenRecovers(t *testing.T) {
 	clock := idemtest.NewClock(epoch)
 	hold := func(idem.Result, error) idem.Decision { return idem.DecisionHold }
 	s := f.store(t, &idem.Options{Clock: clock, Lease: lease, Policy: hold})
-	_, _, err := pgstore.DoTx(ctx, s, req("h"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	_, _, err := idem.DoTx(ctx, s, req("h"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		return result("held"), f.insert(ctx, tx, "h", "held")
 	})
 	require.NoError(t, err)
@@ -269,7 +269,7 @@ func TestDoTx_ConcurrentInstancesOneEffectPerKey(t *testing.T) {
 			for i := range keys {
 				key := fmt.Sprintf("c%d", i)
 				for {
-					res, _, err := pgstore.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+					res, _, err := idem.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 						who := fmt.Sprintf("w%d", w)
 						return result(who), f.insert(ctx, tx, key, who)
 					})
@@ -309,8 +309,8 @@ func TestDoTx_NotPostgres(t *testing.T) {
 	s, err := idem.Open(t.TempDir(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	_, _, err = pgstore.DoTx(ctx, s, req("x"), func(context.Context, pgx.Tx) (idem.Result, error) {
+	_, _, err = idem.DoTx(ctx, s, req("x"), func(context.Context, pgx.Tx) (idem.Result, error) {
 		return idem.Result{}, nil
 	})
-	require.ErrorIs(t, err, pgstore.ErrNotPostgres)
+	require.ErrorIs(t, err, idem.ErrNoTx)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -49,7 +50,7 @@ func TestDoTx_ThreeSends(t *testing.T) {
 	f := newTxFixture(t)
 	s, c := f.countedStore(t)
 	c.sends.Store(0)
-	_, _, err := pgstore.DoTx(ctx, s, req("three"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	_, _, err := idem.DoTx(ctx, s, req("three"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		return result("ok"), f.insert(ctx, tx, "three", "a")
 	})
 	require.NoError(t, err)
@@ -58,7 +59,7 @@ func TestDoTx_ThreeSends(t *testing.T) {
 
 	// An effect that writes nothing: the claim and the completion.
 	c.sends.Store(0)
-	_, _, err = pgstore.DoTx(ctx, s, req("none"), func(context.Context, pgx.Tx) (idem.Result, error) {
+	_, _, err = idem.DoTx(ctx, s, req("none"), func(context.Context, pgx.Tx) (idem.Result, error) {
 		return result("nothing"), nil
 	})
 	require.NoError(t, err)
@@ -116,7 +117,7 @@ func TestDoTx_FirstCallKinds(t *testing.T) {
 	}
 	for name, write := range first {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := pgstore.DoTx(ctx, s, req(name), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+			_, _, err := idem.DoTx(ctx, s, req(name), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 				if err := write(ctx, tx, name); err != nil {
 					return idem.Result{}, err
 				}
@@ -128,7 +129,7 @@ func TestDoTx_FirstCallKinds(t *testing.T) {
 			require.Equal(t, []string{name, "second"}, f.rows(t, name))
 
 			key := name + "-released"
-			_, _, err = pgstore.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+			_, _, err = idem.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 				return idem.Result{Status: 500}, write(ctx, tx, key)
 			})
 			require.NoError(t, err)
@@ -145,7 +146,7 @@ func TestDoTx_FirstCallKinds(t *testing.T) {
 func TestDoTx_FnCannotEndTransaction(t *testing.T) {
 	f := newTxFixture(t)
 	s := f.store(t, nil)
-	_, _, err := pgstore.DoTx(ctx, s, req("own"), func(ctx context.Context, tx pgx.Tx) (res idem.Result, err error) {
+	_, _, err := idem.DoTx(ctx, s, req("own"), func(ctx context.Context, tx pgx.Tx) (res idem.Result, err error) {
 		defer func() { require.ErrorIs(t, tx.Rollback(ctx), pgstore.ErrTxOwned) }()
 		if err := f.insert(ctx, tx, "own", "a"); err != nil {
 			return idem.Result{}, err
@@ -162,7 +163,7 @@ func TestDoTx_FnCannotEndTransaction(t *testing.T) {
 func TestDoTx_NestedDoIsNotMarked(t *testing.T) {
 	f := newTxFixture(t)
 	s := f.store(t, nil)
-	_, _, err := pgstore.DoTx(ctx, s, req("outer"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+	_, _, err := idem.DoTx(ctx, s, req("outer"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 		rec, err := s.Get(ctx, "", "outer")
 		require.NoError(t, err)
 		require.Equal(t, "transactional", rec.Attempts[len(rec.Attempts)-1].Reason)
@@ -201,11 +202,11 @@ func TestDoTx_FencedCommitRollsBack(t *testing.T) {
 			recoverUnder := func(ctx context.Context) {
 				c, ok := idem.ClaimFromContext(ctx)
 				require.True(t, ok)
-				require.NoError(t, b.Release(ctx, c.Scope(), c.Key(), c.Token(), idem.Releasing{At: epoch, ExpiresAt: epoch.Add(retention), Reason: "test"}))
+				require.NoError(t, b.Release(ctx, c.Scope(), c.Key(), c.Token(), backend.Releasing{At: epoch, ExpiresAt: epoch.Add(retention), Reason: "test"}))
 			}
 			for _, first := range []string{"exec", "none"} {
 				key := "fenced-" + first
-				_, _, err := pgstore.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+				_, _, err := idem.DoTx(ctx, s, req(key), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 					recoverUnder(ctx)
 					if first == "none" {
 						return result("nothing"), nil
@@ -219,7 +220,7 @@ func TestDoTx_FencedCommitRollsBack(t *testing.T) {
 				require.Equal(t, idem.StateReleased, rec.State)
 			}
 			// The connection went back to the pool usable.
-			_, _, err = pgstore.DoTx(ctx, s, req("after"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
+			_, _, err = idem.DoTx(ctx, s, req("after"), func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 				return result("ok"), f.insert(ctx, tx, "after", "a")
 			})
 			require.NoError(t, err)

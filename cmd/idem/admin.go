@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/internal/badger"
 )
 
@@ -136,12 +137,12 @@ as orphaned and reports them), or start the server again; then run this again.`,
 // as its observer. A running server's lock and an unclean log give errors
 // that say what to do.
 func (a *adminFlags) openStore(write bool, obs idem.Observer) (*idem.Store, error) {
-	return a.openStoreWith(write, obs, idem.BadgerOptions{})
+	return a.openStoreWith(write, obs, badgerstore.Options{})
 }
 
 // openStoreWith is openStore with Badger options of the command's (such
 // as AcceptLoss); ReadOnly is set from write.
-func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo idem.BadgerOptions) (*idem.Store, error) {
+func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo badgerstore.Options) (*idem.Store, error) {
 	dir := a.dir
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -150,19 +151,22 @@ func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo idem.Badger
 		return nil, err
 	}
 	bo.ReadOnly = !write
-	s, err := idem.Open(dir, &idem.Options{
-		SweepInterval: -1,
-		Clock:         a.clock(),
-		Observer:      obs,
-		CloseTimeout:  time.Second,
-		Badger:        bo,
-	})
+	b, err := badgerstore.Open(dir, bo)
+	var s *idem.Store
+	if err == nil {
+		s = idem.New(b, &idem.Options{
+			SweepInterval: -1,
+			Clock:         a.clock(),
+			Observer:      obs,
+			CloseTimeout:  time.Second,
+		})
+	}
 	switch {
 	case err == nil:
 		return s, nil
 	case dirLocked(dir) || strings.Contains(err.Error(), "Another process is using this Badger database"):
 		return nil, &storeHeldError{dir}
-	case !write && (errors.Is(err, idem.ErrUnclean) || strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())):
+	case !write && (errors.Is(err, badgerstore.ErrUnclean) || strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())):
 		return nil, &uncleanStoreError{dir}
 	}
 	return nil, err

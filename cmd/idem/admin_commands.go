@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemadmin"
 )
 
@@ -36,7 +37,7 @@ and when it expires.
 		return errUsage
 	}
 	key := pos[0]
-	if err := idem.ValidateKey(key); err != nil {
+	if err := backend.ValidateKey(key); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)
 	}
 	s, err := a.openStore(false, nil)
@@ -104,7 +105,7 @@ since a record entered its state (90s, 15m, 2h, 7d).
 	f.Now = s.Options().Clock.Now()
 	c := newScanCounter(stderr, "scanned")
 	f.Progress = c.progress()
-	out, err := idemadmin.List(ctx, s.Backend().(idem.Lister), f)
+	out, err := idemadmin.List(ctx, s.Backend().(backend.Lister), f)
 	c.finish()
 	if err != nil {
 		return err
@@ -155,7 +156,7 @@ expires) and the bytes the store takes on disk.
 	}
 	defer s.Close()
 	c := newScanCounter(stderr, "scanned")
-	st, err := idemadmin.Collect(ctx, s.Backend().(idem.Lister),
+	st, err := idemadmin.Collect(ctx, s.Backend().(backend.Lister),
 		idemadmin.StatsOptions{Now: s.Options().Clock.Now(), Progress: c.progress()})
 	c.finish()
 	if err != nil {
@@ -231,7 +232,7 @@ replay and rejection counts, and the saved result with its body in base64.
 	}
 	defer s.Close()
 	c := newScanCounter(stderr, "exported")
-	_, err = idemadmin.Export(ctx, s.Backend().(idem.Lister), stdout,
+	_, err = idemadmin.Export(ctx, s.Backend().(backend.Lister), stdout,
 		&idemadmin.ExportOptions{NoBodies: *noBodies, Progress: c.progress()})
 	c.finish()
 	return err

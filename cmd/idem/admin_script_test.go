@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -49,7 +51,7 @@ type scriptResult struct {
 
 func scriptFingerprint(t testing.TB, body string) string {
 	t.Helper()
-	fp, err := idem.Fingerprint("POST", "/refunds", "application/json", []byte(body))
+	fp, err := idem.Fingerprinter{}.Sum("POST", "/refunds", "application/json", []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,13 +264,13 @@ func TestAdminScript_Child(t *testing.T) {
 // in out by process-1, process-2... in the order they first claimed.
 func normalizeOwners(t *testing.T, dir, out string) string {
 	t.Helper()
-	s, err := idem.Open(dir, &idem.Options{SweepInterval: -1, Badger: idem.BadgerOptions{ReadOnly: true}})
+	s, err := idemtest.OpenBadger(dir, &idem.Options{SweepInterval: -1}, badgerstore.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	first := map[string]time.Time{}
-	err = s.Backend().(idem.Lister).Scan(context.Background(), func(rec *idem.Record) bool {
+	err = s.Backend().(backend.Lister).Scan(context.Background(), func(rec *idem.Record) bool {
 		for _, a := range rec.Attempts {
 			if at, ok := first[a.Owner]; a.Owner != "" && (!ok || a.ClaimedAt.Before(at)) {
 				first[a.Owner] = a.ClaimedAt

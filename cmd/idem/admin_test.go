@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -350,7 +351,7 @@ func TestInspect_ReplayAfterCompletion(t *testing.T) {
 	if _, _, err := s.Do(ctx, req, scriptOK(201, `{"refund":"re_3001"}`)); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Backend().(idem.Tallier).AddTallies(ctx, []idem.Tally{{Scope: req.Scope, Key: req.Key,
+	err = s.Backend().(backend.Tallier).AddTallies(ctx, []backend.Tally{{Scope: req.Scope, Key: req.Key,
 		Replays: 1, LastReplay: doneAt.Add(-50 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)

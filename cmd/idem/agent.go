@@ -210,7 +210,7 @@ func (a *agent) call(ctx context.Context, i int, order string, amount int) (int,
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	if a.withKeys {
-		req = idemhttp.WithKey(req, idem.StepKey(a.runID, i, "refund"))
+		req = idemhttp.WithKey(req, idem.KeyDeriver{}.Step(a.runID, i, "refund"))
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 const backupAbout = `
@@ -92,7 +94,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer s.Close()
 	report := stdout
-	var info *idem.BackupInfo
+	var info *backend.BackupInfo
 	if file == "-" {
 		report = stderr
 		info, err = s.Backup(ctx, stdout)
@@ -107,7 +109,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // backupToFile writes the backup to a temporary file beside file, syncs
 // it, and renames it into place.
-func backupToFile(ctx context.Context, s *idem.Store, file string) (*idem.BackupInfo, error) {
+func backupToFile(ctx context.Context, s *idem.Store, file string) (*backend.BackupInfo, error) {
 	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*.tmp")
 	if err != nil {
 		return nil, err
@@ -152,7 +154,7 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		defer f.Close()
 		r = f
 	}
-	info, err := idem.Restore(ctx, r, dir, nil)
+	info, err := badgerstore.Restore(ctx, r, dir, badgerstore.Options{})
 	if errors.Is(err, idem.ErrCorrupt) {
 		return fmt.Errorf("%s is not a whole idem backup, nothing restored: %w", file, err)
 	}
@@ -163,7 +165,7 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 // printBackup reports a backup or a restore.
-func printBackup(w io.Writer, asJSON bool, verb, dir, file string, info *idem.BackupInfo) error {
+func printBackup(w io.Writer, asJSON bool, verb, dir, file string, info *backend.BackupInfo) error {
 	if asJSON {
 		return writeJSON(w, info)
 	}

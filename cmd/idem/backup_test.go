@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +22,7 @@ func TestBackupRestore(t *testing.T) {
 	restored := filepath.Join(t.TempDir(), "restored")
 	code, out, errOut := runIdem(t, "restore", "-json", file, restored)
 	require.Equal(t, 0, code, "%s%s", out, errOut)
-	var info idem.BackupInfo
+	var info backend.BackupInfo
 	require.NoError(t, json.Unmarshal([]byte(out), &info))
 	st, err := os.Stat(file)
 	require.NoError(t, err)

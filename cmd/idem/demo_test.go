@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // TestRunDemo runs the demo in-process with a fixed seed: with idem no
@@ -70,7 +71,7 @@ func TestRunDemo(t *testing.T) {
 	}
 	defer store.Close()
 	done := 0
-	err = store.Backend().(idem.Lister).Scan(context.Background(), func(rec *idem.Record) bool {
+	err = store.Backend().(backend.Lister).Scan(context.Background(), func(rec *idem.Record) bool {
 		if rec.State == idem.StateDone {
 			done++
 			if rec.Result.Status != http.StatusCreated {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 // killable is the store's Badger backend with a kill switch. Once killed,
@@ -17,14 +19,14 @@ import (
 // when the switch flips finish, as writes that reached the disk before a
 // kill do.
 type killable struct {
-	*idem.BadgerBackend
+	*badgerstore.Backend
 	dead atomic.Bool
 }
 
 var (
-	_ idem.Backend = (*killable)(nil)
-	_ idem.Tallier = (*killable)(nil)
-	_ idem.Lister  = (*killable)(nil)
+	_ backend.Backend = (*killable)(nil)
+	_ backend.Tallier = (*killable)(nil)
+	_ backend.Lister  = (*killable)(nil)
 )
 
 func (k *killable) kill() { k.dead.Store(true) }
@@ -36,79 +38,79 @@ func (k *killable) alive() error {
 	return nil
 }
 
-func (k *killable) Claim(ctx context.Context, scope, key string, args idem.ClaimArgs) (*idem.Record, bool, error) {
+func (k *killable) Claim(ctx context.Context, scope, key string, args backend.ClaimArgs) (*idem.Record, bool, error) {
 	if err := k.alive(); err != nil {
 		return nil, false, err
 	}
-	return k.BadgerBackend.Claim(ctx, scope, key, args)
+	return k.Backend.Claim(ctx, scope, key, args)
 }
 
-func (k *killable) Complete(ctx context.Context, scope, key string, token uint64, c idem.Completion) error {
+func (k *killable) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.Complete(ctx, scope, key, token, c)
+	return k.Backend.Complete(ctx, scope, key, token, c)
 }
 
-func (k *killable) Release(ctx context.Context, scope, key string, token uint64, r idem.Releasing) error {
+func (k *killable) Release(ctx context.Context, scope, key string, token uint64, r backend.Releasing) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.Release(ctx, scope, key, token, r)
+	return k.Backend.Release(ctx, scope, key, token, r)
 }
 
 func (k *killable) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.Extend(ctx, scope, key, token, leaseEnds)
+	return k.Backend.Extend(ctx, scope, key, token, leaseEnds)
 }
 
-func (k *killable) Defer(ctx context.Context, scope, key string, token uint64, d idem.Deferral) error {
+func (k *killable) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.Defer(ctx, scope, key, token, d)
+	return k.Backend.Defer(ctx, scope, key, token, d)
 }
 
 func (k *killable) Get(ctx context.Context, scope, key string) (*idem.Record, error) {
 	if err := k.alive(); err != nil {
 		return nil, err
 	}
-	return k.BadgerBackend.Get(ctx, scope, key)
+	return k.Backend.Get(ctx, scope, key)
 }
 
 func (k *killable) Stale(ctx context.Context, now time.Time, limit int) ([]*idem.Record, error) {
 	if err := k.alive(); err != nil {
 		return nil, err
 	}
-	return k.BadgerBackend.Stale(ctx, now, limit)
+	return k.Backend.Stale(ctx, now, limit)
 }
 
-func (k *killable) Reclaim(ctx context.Context, now time.Time, limit int) ([]idem.Ref, error) {
+func (k *killable) Reclaim(ctx context.Context, now time.Time, limit int) ([]backend.Ref, error) {
 	if err := k.alive(); err != nil {
 		return nil, err
 	}
-	return k.BadgerBackend.Reclaim(ctx, now, limit)
+	return k.Backend.Reclaim(ctx, now, limit)
 }
 
-func (k *killable) AddTallies(ctx context.Context, tallies []idem.Tally) error {
+func (k *killable) AddTallies(ctx context.Context, tallies []backend.Tally) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.AddTallies(ctx, tallies)
+	return k.Backend.AddTallies(ctx, tallies)
 }
 
 func (k *killable) Maintain(ctx context.Context) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.Maintain(ctx)
+	return k.Backend.Maintain(ctx)
 }
 
 func (k *killable) Scan(ctx context.Context, fn func(*idem.Record) bool) error {
 	if err := k.alive(); err != nil {
 		return err
 	}
-	return k.BadgerBackend.Scan(ctx, fn)
+	return k.Backend.Scan(ctx, fn)
 }

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
 // lateBackend shares a Store's Badger backend with a second Store, as
 // another instance (the first Store closes it), keeping its LateCompleter.
-type lateBackend struct{ *idem.BadgerBackend }
+type lateBackend struct{ *badgerstore.Backend }
 
 func (lateBackend) Close() error { return nil }
 
@@ -36,7 +37,7 @@ func buildLateStore(t *testing.T) (string, uint64) {
 	notCommitted := idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})
-	b := idem.New(lateBackend{a.Backend().(*idem.BadgerBackend)}, &idem.Options{Clock: clock, SweepInterval: -1,
+	b := idem.New(lateBackend{a.Backend().(*badgerstore.Backend)}, &idem.Options{Clock: clock, SweepInterval: -1,
 		Lease: 10 * time.Second, Owner: "worker-b", Resolver: notCommitted, RecoveryGrace: -1})
 	if _, _, err := a.Do(ctx, idem.Request{Scope: "shop-1", Key: "refund:plain", Fingerprint: "fp-plain"},
 		scriptOK(201, `{"refund":"re_plain"}`)); err != nil {

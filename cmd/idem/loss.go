@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 )
 
 // lossResult is what -json prints.
 type lossResult struct {
-	Dir    string           `json:"dir"`
-	Window *idem.LossWindow `json:"window,omitempty"`
+	Dir    string                  `json:"dir"`
+	Window *badgerstore.LossWindow `json:"window,omitempty"`
 	// InForce is true while the window has not ended.
 	InForce bool `json:"in_force"`
 	// Ended is true when this run ended the window (-end).
@@ -46,12 +47,12 @@ run while a server holds the store.`, stderr)
 		a.fs.Usage()
 		return errUsage
 	}
-	s, err := a.openStoreWith(*accept || *end, nil, idem.BadgerOptions{AcceptLoss: *accept, LossWindow: *window})
+	s, err := a.openStoreWith(*accept || *end, nil, badgerstore.Options{AcceptLoss: *accept, LossWindow: *window})
 	if err != nil {
 		return err
 	}
 	res := lossResult{Dir: a.dir}
-	b, ok := s.Backend().(*idem.BadgerBackend)
+	b, ok := s.Backend().(*badgerstore.Backend)
 	if ok && *end {
 		err = b.EndLossWindow(ctx)
 		res.Ended = err == nil

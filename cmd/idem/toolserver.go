@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -132,11 +133,11 @@ func (s *toolServer) start() error {
 	)
 	if s.withIdem {
 		// idem.Open, with a kill switch between the store and the disk.
-		b, err := idem.OpenBadger(s.dir, idem.BadgerOptions{})
+		b, err := badgerstore.Open(s.dir, badgerstore.Options{})
 		if err != nil {
 			return err
 		}
-		backend = &killable{BadgerBackend: b}
+		backend = &killable{Backend: b}
 		store = idem.New(backend, &idem.Options{
 			Resolver: idem.ResolverFunc(s.resolve),
 			Observer: s.events,

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 // The torture's downstream world. An effect is one line "key token size\n"
@@ -355,7 +356,7 @@ func checkKeys(ctx context.Context, s *idem.Store, in verifyInput, keys []string
 // has one.
 func checkAll(ctx context.Context, s *idem.Store, in verifyInput, bad func(string, ...any)) error {
 	seen := map[string]bool{}
-	err := s.Backend().(idem.Lister).Scan(ctx, func(rec *idem.Record) bool {
+	err := s.Backend().(backend.Lister).Scan(ctx, func(rec *idem.Record) bool {
 		if rec.Scope != tortureScope {
 			return true
 		}

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 )
 
 const verifyAbout = `
@@ -24,7 +24,7 @@ type verifyResult struct {
 	OK  bool   `json:"ok"`
 	// OpenError is why the store could not be opened, if it could not.
 	OpenError string `json:"open_error,omitempty"`
-	*idem.VerifyReport
+	*backend.VerifyReport
 }
 
 // errDamaged is returned once the damage is printed: exit status 1.
@@ -60,7 +60,7 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.Usage()
 		return errUsage
 	}
-	res := verifyResult{Dir: *dir, VerifyReport: &idem.VerifyReport{}}
+	res := verifyResult{Dir: *dir, VerifyReport: &backend.VerifyReport{}}
 	s, err := (&adminFlags{dir: *dir}).openStore(false, nil)
 	if err != nil {
 		res.OpenError = err.Error()

@@ -1,0 +1,74 @@
+package badgerstore
+
+import (
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/badger/options"
+)
+
+// badgerShares are the sizes Badger gets from a budget.
+type badgerShares struct {
+	memTable, baseTable, indexCache int64
+	memTables                       int // NumMemtables: those that may wait to be flushed
+	// tallied bounds the records whose counts the backend remembers
+	// between flushes (talliedCache, about 200 bytes each): B/8 KiB, at
+	// least 1024.
+	tallied int
+}
+
+// badgerSharesOf returns Badger's sizes for the budget b (already
+// defaulted): memtables of B/32 (1 to 64 MiB), two of them waiting to be
+// flushed at most, one below the default budget; tables of B/128 (256 KiB
+// to 8 MiB); an index cache of B/32; the counts of B/8 KiB records
+// remembered (idem's, beside Badger's).
+func badgerSharesOf(b int64) badgerShares {
+	const k64 = 64 << 10
+	clamp := func(x, lo, hi int64) int64 { return min(max(x/k64*k64, lo), hi) }
+	s := badgerShares{
+		memTable:   clamp(b/32, 1<<20, 64<<20),
+		baseTable:  clamp(b/128, 256<<10, 8<<20),
+		indexCache: b / 32,
+		memTables:  2,
+		tallied:    int(max(1024, b/(8<<10))),
+	}
+	if b < backend.DefaultMemoryBudget {
+		// Each memtable is an arena of 1.3 times its size: at the floor
+		// of 1 MiB a second one waiting is 4% of a 32 MiB budget, which
+		// the collector's headroom doubles.
+		s.memTables = 1
+	}
+	return s
+}
+
+// applyBudget sets bo's memory sizes from the budget b (already
+// defaulted). Explicit BadgerOptions sizes are applied after it and win.
+func applyBudget(bo badger.Options, b int64) badger.Options {
+	s := badgerSharesOf(b)
+	bo = bo.
+		WithMemTableSize(s.memTable).
+		WithNumMemtables(s.memTables).
+		WithNumLevelZeroTables(3).
+		WithNumLevelZeroTablesStall(6).
+		WithBaseTableSize(s.baseTable).
+		WithNumCompactors(2). // the least that compacts: Badger refuses 1
+		// Uncompressed tables: a builder then holds at most its table,
+		// where zstd makes it hold its compression ratio times more (and
+		// a compressed copy), and Badger reads blocks from the mapping
+		// without a block cache.
+		WithCompression(options.None).
+		WithBlockCacheSize(0).
+		WithBlockSize(16 << 10).
+		WithIndexCacheSize(s.indexCache).
+		WithValueThreshold(16 << 10)
+	bo.TableSizeMultiplier = 1
+	return bo
+}
+
+// fixBlockCache gives a compressing bo (BadgerOptions.Compress) the
+// block cache Badger requires then: B/16, unless one is set.
+func fixBlockCache(bo badger.Options, b int64) badger.Options {
+	if bo.Compression != options.None && bo.BlockCacheSize == 0 {
+		bo.BlockCacheSize = b / 16
+	}
+	return bo
+}
