@@ -27,64 +27,37 @@ import (
 // adminFlags are the flags every operator subcommand takes.
 type adminFlags struct {
 	fs   *flag.FlagSet
-	dir  string
+	dir  string // the store directory: -dir, or the first argument
 	json bool
 	now  string // hidden: a fixed "now", for tests and reproducible output
 }
 
 // newAdminFlags returns a flag set for subcommand name, with the flags
-// every operator command takes; synopsis and about are printed by -h above
-// the flags.
-func newAdminFlags(name, synopsis, about string, stderr io.Writer) *adminFlags {
+// every operator command takes; synopsis, about and the examples are
+// printed by -h around the flags.
+func newAdminFlags(name, synopsis, about string, stderr io.Writer, examples ...string) *adminFlags {
 	a := &adminFlags{fs: flag.NewFlagSet("idem "+name, flag.ContinueOnError)}
 	a.fs.SetOutput(stderr)
-	a.fs.StringVar(&a.dir, "dir", "", "the store `directory` (required)")
+	a.fs.StringVar(&a.dir, "dir", "", "the store `directory`, if not given as the first argument")
 	a.fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
 	a.fs.StringVar(&a.now, "now", "", "judge records as of this RFC 3339 time instead of the clock (hidden)")
-	a.fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: idem %s %s\n\n%s\n\n", name, synopsis, strings.TrimSpace(about))
-		a.fs.VisitAll(func(f *flag.Flag) {
-			if f.Name == "now" {
-				return
-			}
-			arg, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(stderr, "  -%s", f.Name)
-			if arg != "" {
-				fmt.Fprintf(stderr, " %s", arg)
-			}
-			fmt.Fprintf(stderr, "\n    \t%s", usage)
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-				fmt.Fprintf(stderr, " (default %s)", f.DefValue)
-			}
-			fmt.Fprintln(stderr)
-		})
-	}
+	setUsage(a.fs, synopsis, about, examples...)
 	return a
 }
 
-// parse parses args, flags and positional arguments in any order, and
-// returns the positional ones. It prints why and returns errUsage on bad
-// usage, including a missing -dir, and flag.ErrHelp after printing the
+// parse parses args, flags and positional arguments in any order. names
+// are the positional arguments the command takes, the first "DIR", the
+// store directory, which -dir may give instead; parse sets a.dir and
+// returns the others. It prints why and returns errUsage on bad usage,
+// including a missing directory, and flag.ErrHelp after printing the
 // usage that -h asked for.
-func (a *adminFlags) parse(args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := a.fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage // the flag package printed why
-		}
-		if a.fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, a.fs.Arg(0))
-		args = a.fs.Args()[1:]
+func (a *adminFlags) parse(args []string, names ...string) ([]string, error) {
+	pos, err := parseAnywhere(a.fs, args)
+	if err != nil {
+		return nil, err
 	}
-	if a.dir == "" {
-		fmt.Fprintf(a.fs.Output(), "%s: -dir is required\n", a.fs.Name())
-		a.fs.Usage()
-		return nil, errUsage
+	if a.dir, pos, err = takeDir(a.fs, a.dir, pos, names, false); err != nil {
+		return nil, err
 	}
 	if a.now != "" {
 		if _, err := time.Parse(time.RFC3339, a.now); err != nil {
@@ -128,11 +101,11 @@ func (e *uncleanStoreError) Error() string {
 	return fmt.Sprintf(`the store at %s was not closed cleanly: the process that held it crashed or was killed,
 and its logs hold writes that must be applied before the store can be read, which a read-only
 open cannot do.
-Run "idem sweep -dir %s" once (it opens the store for writing, marks the dead process's open claims
+Run "idem sweep %s" once (it opens the store for writing, marks the dead process's open claims
 as orphaned and reports them), or start the server again; then run this again.`, e.dir, e.dir)
 }
 
-// openStore opens the store in -dir for an operator's command:
+// openStore opens the store in a.dir for an operator's command:
 // read-only unless write is set, with no background sweep, and with obs
 // as its observer. A running server's lock and an unclean log give errors
 // that say what to do.

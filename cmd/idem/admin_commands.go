@@ -18,23 +18,19 @@ const readOnlyNote = `It opens the store read-only, which works while no server 
 directory; while one does, use that server's admin handler (idemadmin.Handler).`
 
 func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlags("inspect", "-dir DIR [-scope SCOPE] [-json] KEY", `
+	a := newAdminFlags("inspect", "DIR [-scope SCOPE] [-json] KEY", `
 Tells the story of one key: when it was first seen, each claim (token, owner)
 and how it ended (completed with its status, released and why, recovered and
 how, orphaned by a restart, completed late after recovery, or finished after
 the key was claimed again: may have run twice), the replays and the 409/422 rejections it served,
 and when it expires.
 
-`+readOnlyNote, stderr)
+`+readOnlyNote, stderr,
+		"idem inspect /var/lib/refund-tool/idem -scope shop-1 refund:order-1004")
 	scope := a.fs.String("scope", "", "the key's `scope` (default the empty scope)")
-	pos, err := a.parse(args)
+	pos, err := a.parse(args, "DIR", "KEY")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "idem inspect: want exactly one KEY, got %d arguments\n", len(pos))
-		a.fs.Usage()
-		return errUsage
 	}
 	key := pos[0]
 	if err := backend.ValidateKey(key); err != nil {
@@ -60,7 +56,7 @@ and when it expires.
 }
 
 func lsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlags("ls", "-dir DIR [-state S] [-scope SCOPE] [-older-than AGE] [-limit N] [-json]", `
+	a := newAdminFlags("ls", "DIR [-state S] [-scope SCOPE] [-older-than AGE] [-limit N] [-json]", `
 Lists records: those whose effect may have run twice first (a holder paused
 past its lease finished after the key was claimed again; "RAN TWICE?"), then
 those needing attention (recovery gave up on them), then stuck claims (in
@@ -68,18 +64,15 @@ progress, lease ended, awaiting recovery), then live claims, then done and
 released records, each group oldest first. AGE is the time
 since a record entered its state (90s, 15m, 2h, 7d).
 
-`+readOnlyNote, stderr)
+`+readOnlyNote, stderr,
+		"idem ls /var/lib/refund-tool/idem -state stuck -older-than 15m")
 	state := a.fs.String("state", "", "keep one `state` or condition: in_progress, done, released, stuck, attention, expired, ran_twice")
 	scope := a.fs.String("scope", "", "keep one `scope` (-scope '' keeps the empty scope)")
 	olderThan := a.fs.String("older-than", "", "keep records in their state at least this `age` long")
 	limit := a.fs.Int("limit", 50, "show at most this many records; 0 shows all")
-	pos, err := a.parse(args)
+	_, err := a.parse(args, "DIR")
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "idem ls: unexpected arguments %q\n", pos)
-		return errUsage
 	}
 	f := idemadmin.Filter{State: *state, Limit: *limit}
 	a.fs.Visit(func(fl *flag.Flag) {
@@ -136,19 +129,15 @@ since a record entered its state (90s, 15m, 2h, 7d).
 }
 
 func statsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlags("stats", "-dir DIR [-json]", `
+	a := newAdminFlags("stats", "DIR [-json]", `
 Counts the records by state, with the stuck claims and those needing
 attention, the oldest open claim, the expiry horizon (when the last record
 expires) and the bytes the store takes on disk.
 
-`+readOnlyNote, stderr)
-	pos, err := a.parse(args)
-	if err != nil {
+`+readOnlyNote, stderr,
+		"idem stats /var/lib/refund-tool/idem")
+	if _, err := a.parse(args, "DIR"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "idem stats: unexpected arguments %q\n", pos)
-		return errUsage
 	}
 	s, err := a.openStore(false, nil)
 	if err != nil {
@@ -169,7 +158,7 @@ expires) and the bytes the store takes on disk.
 }
 
 func sweepCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlags("sweep", "-dir DIR [-json]", `
+	a := newAdminFlags("sweep", "DIR [-json]", `
 Runs recovery and reclamation now, and reports each decision.
 
 The command line has no downstream to ask whether a claim's effect happened,
@@ -180,14 +169,10 @@ server's resolver, POST sweep to its admin handler (idemadmin.Handler).
 
 It needs write access: it cannot run while a server holds the store. Opening
 the store for writing orphans the claims an earlier process left open, as a
-server start would; they are reported as stale.`, stderr)
-	pos, err := a.parse(args)
-	if err != nil {
+server start would; they are reported as stale.`, stderr,
+		"idem sweep /var/lib/refund-tool/idem")
+	if _, err := a.parse(args, "DIR"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "idem sweep: unexpected arguments %q\n", pos)
-		return errUsage
 	}
 	var d idemadmin.Decisions
 	s, err := a.openStore(true, &d)
@@ -208,23 +193,19 @@ server start would; they are reported as stale.`, stderr)
 }
 
 func exportCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlags("export", "-dir DIR [-no-bodies] [-json]", `
+	a := newAdminFlags("export", "DIR [-no-bodies] [-json]", `
 Writes every record to stdout as JSON lines, one record a line, for audits:
 its state, fingerprint, token, times, every claim kept with its outcome, the
 replay and rejection counts, and the saved result with its body in base64.
 
-`+readOnlyNote, stderr)
+`+readOnlyNote, stderr,
+		"idem export /var/lib/refund-tool/idem -no-bodies > audit.jsonl")
 	// JSON lines are export's only format: -json, which every operator
 	// command takes, changes nothing.
 	a.fs.Lookup("json").Usage = "JSON lines, the only format export writes (taken like the other commands' -json)"
 	noBodies := a.fs.Bool("no-bodies", false, "leave saved bodies out (their length stays)")
-	pos, err := a.parse(args)
-	if err != nil {
+	if _, err := a.parse(args, "DIR"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "idem export: unexpected arguments %q\n", pos)
-		return errUsage
 	}
 	s, err := a.openStore(false, nil)
 	if err != nil {

@@ -178,7 +178,7 @@ func buildScriptedStore(t *testing.T) scriptResult {
 	// the dead process's claims and, with no resolver, reports them.
 	stderr.Reset()
 	var stdout bytes.Buffer
-	if code := run(ctx, []string{"sweep", "-dir", res.dir, "-now", scriptT0.Add(25 * time.Minute).Format(time.RFC3339)},
+	if code := run(ctx, []string{"sweep", res.dir, "-now", scriptT0.Add(25 * time.Minute).Format(time.RFC3339)},
 		&stdout, &stderr); code != 0 {
 		t.Fatalf("sweep after the kill: exit %d, %s%s", code, stdout.String(), stderr.String())
 	}

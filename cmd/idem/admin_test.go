@@ -104,7 +104,7 @@ func TestAdminCommands(t *testing.T) {
 
 	t.Run("unclean after kill", func(t *testing.T) {
 		contains(t, "ls after SIGKILL", sr.uncleanErr, "not closed cleanly", "crashed or was killed",
-			"idem sweep -dir "+dir)
+			"idem sweep "+dir)
 	})
 	t.Run("sweep after kill", func(t *testing.T) {
 		for _, key := range []string{"refund:order-1004", "refund:order-1005", "refund:order-1006"} {
@@ -146,7 +146,7 @@ func TestAdminCommands(t *testing.T) {
 			// A live claim.
 			{"1009", []string{"in progress: a live claim (lease ends in 20s)", "lease ends unless its holder extends it"}},
 		} {
-			out := normalizeOwners(t, dir, mustRun(t, "inspect", "-dir", dir, "-scope", "shop-1", "-now", now,
+			out := normalizeOwners(t, dir, mustRun(t, "inspect", dir, "-scope", "shop-1", "-now", now,
 				"refund:order-"+tc.order))
 			contains(t, "inspect "+tc.order, out, tc.wants...)
 			switch tc.order {
@@ -170,19 +170,20 @@ func TestAdminCommands(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, `no record of key "refund:order-1001" in scope ""`) {
 			t.Errorf("unknown key: exit %d, %s", code, stderr)
 		}
-		for _, args := range [][]string{{"inspect", "-dir", dir}, {"inspect", "k"}, {"inspect", "-dir", dir, "a", "b"}} {
+		for _, args := range [][]string{{"inspect", "-dir", dir}, {"inspect", "k"}, {"inspect", dir},
+			{"inspect", dir, "a", "b"}, {"inspect", "-dir", dir, "a", "b"}} {
 			if code, _, _ := runIdem(t, args...); code != 2 {
 				t.Errorf("idem %q: exit %d, want 2", args, code)
 			}
 		}
-		code, _, stderr = runIdem(t, "inspect", "-dir", t.TempDir(), "k")
+		code, _, stderr = runIdem(t, "inspect", t.TempDir(), "k")
 		if code != 1 || !strings.Contains(stderr, "no idem store at") {
 			t.Errorf("empty directory: exit %d, %s", code, stderr)
 		}
 	})
 
 	t.Run("ls", func(t *testing.T) {
-		out := mustRun(t, "ls", "-dir", dir, "-now", now)
+		out := mustRun(t, "ls", dir, "-now", now)
 		golden(t, "ls", out)
 		lines := strings.Split(out, "\n")
 		for i, prefix := range []string{"CONDITION", "attention", "stuck", "in_progress"} {
@@ -194,7 +195,7 @@ func TestAdminCommands(t *testing.T) {
 		hasRow(t, "ls", out, "released", "shop-2", "refund:order-2001")
 		contains(t, "ls", out, "the claim shown in progress is held by nobody")
 
-		out = mustRun(t, "ls", "-dir", dir, "-now", now, "-state", "done", "-scope", "shop-1", "-older-than", "1h30m", "-limit", "2")
+		out = mustRun(t, "ls", "-now", now, dir, "-state", "done", "-scope", "shop-1", "-older-than", "1h30m", "-limit", "2")
 		golden(t, "ls_filtered", out)
 		contains(t, "filtered ls", out, "(2 of 4 matching records shown)")
 
@@ -205,13 +206,13 @@ func TestAdminCommands(t *testing.T) {
 		if len(l.Rows) != 1 || l.Rows[0].Key != "refund:order-1008" || l.Scanned != 10 {
 			t.Errorf("stuck claims: %+v", l)
 		}
-		if code, _, stderr := runIdem(t, "ls", "-dir", dir, "-state", "bogus"); code != 2 || !strings.Contains(stderr, "unknown state") {
+		if code, _, stderr := runIdem(t, "ls", dir, "-state", "bogus"); code != 2 || !strings.Contains(stderr, "unknown state") {
 			t.Errorf("bad state: exit %d, %s", code, stderr)
 		}
 	})
 
 	t.Run("stats", func(t *testing.T) {
-		out := mustRun(t, "stats", "-dir", dir, "-now", now)
+		out := mustRun(t, "stats", dir, "-now", now)
 		contains(t, "stats", out, "records            10", "in progress      3 (1 stuck, 1 need attention)",
 			"oldest open claim  shop-1 refund:order-1006, claimed 2026-03-02 09:20:00Z", "disk")
 		// Sizes on disk vary with Badger's layout: mask them.
@@ -228,7 +229,7 @@ func TestAdminCommands(t *testing.T) {
 	})
 
 	t.Run("export", func(t *testing.T) {
-		out := mustRun(t, "export", "-dir", dir)
+		out := mustRun(t, "export", dir)
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		if len(lines) != 10 {
 			t.Fatalf("%d lines, want 10:\n%s", len(lines), out)
@@ -257,7 +258,7 @@ func TestAdminCommands(t *testing.T) {
 		if js := mustRun(t, "export", "-dir", dir, "-json"); js != out {
 			t.Errorf("export -json differs from export:\n%s", js)
 		}
-		out = mustRun(t, "export", "-dir", dir, "-no-bodies")
+		out = mustRun(t, "export", dir, "-no-bodies")
 		if strings.Contains(out, `"body":`) || !strings.Contains(out, `"body_bytes":37`) {
 			t.Errorf("-no-bodies:\n%s", out)
 		}
@@ -266,7 +267,7 @@ func TestAdminCommands(t *testing.T) {
 	t.Run("sweep", func(t *testing.T) {
 		// Sweep writes: run it on a copy.
 		cp := copyDir(t, dir)
-		out := mustRun(t, "sweep", "-dir", cp, "-now", now)
+		out := mustRun(t, "sweep", cp, "-now", now)
 		golden(t, "sweep", out)
 		contains(t, "sweep", out, "no resolver:", "no resolver configured", "expired records reclaimed 1")
 		hasRow(t, "sweep", out, "stale", "shop-1", "refund:order-1008")
@@ -277,7 +278,7 @@ func TestAdminCommands(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "no record") {
 			t.Errorf("reclaimed record: exit %d, %s", code, stderr)
 		}
-		out = mustRun(t, "ls", "-dir", cp, "-now", now, "-state", "stuck")
+		out = mustRun(t, "ls", cp, "-now", now, "-state", "stuck")
 		contains(t, "ls after sweep", out, "refund:order-1008", "refund:order-1009", "orphaned")
 		var res idemadmin.SweepResult
 		if err := json.Unmarshal([]byte(mustRun(t, "sweep", "-dir", cp, "-now", now, "-json")), &res); err != nil {

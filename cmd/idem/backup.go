@@ -42,48 +42,34 @@ Back it up through that server's admin handler (idemadmin.Handler, with backup a
 or stop the server and run this again.`, e.dir)
 }
 
-// twoArgs parses the flags of a command taking two positional arguments,
-// anywhere among the flags.
-func twoArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return nil, errUsage
-	}
-	return pos, nil
-}
-
-func newTwoArgFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *bool) {
+// fileArgs parses the arguments of backup and restore: flags anywhere,
+// and the positional arguments names, a FILE and the store's "DIR", which
+// -dir may give instead. It returns the store directory and the file.
+func fileArgs(name string, names []string, about string, stderr io.Writer, args []string,
+	examples ...string) (dir, file string, asJSON bool, err error) {
 	fs := flag.NewFlagSet("idem "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print what the file holds as JSON")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: idem %s %s\n\n%s\n\n", name, synopsis, strings.TrimSpace(about))
-		fs.PrintDefaults()
+	flagDir := fs.String("dir", "", "the store `directory`, if not given as an argument")
+	fs.BoolVar(&asJSON, "json", false, "print what the file holds as JSON")
+	setUsage(fs, strings.Join(names, " ")+" [-json]", about, examples...)
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return "", "", false, err
 	}
-	return fs, asJSON
+	dir, pos, err = takeDir(fs, *flagDir, pos, names, false)
+	if err != nil {
+		return "", "", false, err
+	}
+	return dir, pos[0], asJSON, nil
 }
 
 func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, asJSON := newTwoArgFlags("backup", "[-json] DIR FILE", backupAbout, stderr)
-	pos, err := twoArgs(fs, args)
+	dir, file, asJSON, err := fileArgs("backup", []string{"DIR", "FILE"}, backupAbout, stderr, args,
+		"idem backup /var/lib/refund-tool/idem /backups/idem-2026-12-01.backup",
+		"idem backup /var/lib/refund-tool/idem - | gzip > idem.backup.gz")
 	if err != nil {
 		return err
 	}
-	dir, file := pos[0], pos[1]
 	s, err := (&adminFlags{dir: dir}).openStore(false, nil)
 	var held *storeHeldError
 	if errors.As(err, &held) {
@@ -104,7 +90,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	return printBackup(report, *asJSON, "backed up", dir, file, info)
+	return printBackup(report, asJSON, "backed up", dir, file, info)
 }
 
 // backupToFile writes the backup to a temporary file beside file, syncs
@@ -139,12 +125,11 @@ func backupToFile(ctx context.Context, s *idem.Store, file string) (*backend.Bac
 }
 
 func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, asJSON := newTwoArgFlags("restore", "[-json] FILE DIR", restoreAbout, stderr)
-	pos, err := twoArgs(fs, args)
+	dir, file, asJSON, err := fileArgs("restore", []string{"FILE", "DIR"}, restoreAbout, stderr, args,
+		"idem restore /backups/idem-2026-12-01.backup /var/lib/refund-tool/idem.restored")
 	if err != nil {
 		return err
 	}
-	file, dir := pos[0], pos[1]
 	var r io.Reader = os.Stdin
 	if file != "-" {
 		f, err := os.Open(file)
@@ -161,7 +146,7 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	return printBackup(stdout, *asJSON, "restored", dir, file, info)
+	return printBackup(stdout, asJSON, "restored", dir, file, info)
 }
 
 // printBackup reports a backup or a restore.

@@ -56,7 +56,7 @@ func TestBackup_ToStdout(t *testing.T) {
 	require.Contains(t, errOut, "backed up store ", "the report goes to stderr when the file is stdout")
 	file := filepath.Join(t.TempDir(), "store.backup")
 	require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
-	mustRun(t, "restore", file, filepath.Join(t.TempDir(), "restored"))
+	mustRun(t, "restore", file, "-dir", filepath.Join(t.TempDir(), "restored"))
 }
 
 func TestBackup_HeldStore(t *testing.T) {

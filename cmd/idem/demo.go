@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -65,28 +64,22 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice")
 	fs.IntVar(&cfg.Agents, "agents", 64, "concurrent agent runs")
 	fs.IntVar(&cfg.Refunds, "refunds", 3, "refunds each agent plans")
-	fs.StringVar(&cfg.Dir, "dir", "", "directory to make the store in (default: a temporary directory, removed afterwards)")
+	fs.StringVar(&cfg.Dir, "dir", "", "`directory` to make the store in, if not given as the argument (default: a temporary directory, removed afterwards)")
 	fs.BoolVar(&cfg.Crash, "crash", true, "crash and restart the tool server mid-run")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: idem demo [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs simulated agents against a refund tool server on 127.0.0.1 through a faulty")
-		fmt.Fprintln(stderr, "network, once without idempotency keys and once with idem, and compares the ledgers.")
-		fmt.Fprintln(stderr, "Exits with status 1 if idem let a duplicate refund through.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
+	setUsage(fs, "[flags] [DIR]", `
+Runs simulated agents against a refund tool server on 127.0.0.1 through a faulty
+network, once without idempotency keys and once with idem, and compares the ledgers.
+Exits with status 1 if idem let a duplicate refund through.`,
+		"idem demo",
+		"idem demo -agents 16 -seed 7 /tmp/idem-demo")
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return err // -h printed the usage; or the flag package printed why
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err // -h: the usage was asked for, and printed
-		}
-		// The flag package has printed why, and the usage.
-		return errUsage
+	if cfg.Dir, _, err = takeDir(fs, cfg.Dir, pos, []string{"DIR"}, true); err != nil {
+		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "idem demo: unexpected arguments %q\n", fs.Args())
-		return errUsage
 	case cfg.Agents < 1 || cfg.Agents > 1000:
 		fmt.Fprintln(stderr, "idem demo: -agents must be 1 to 1000")
 		return errUsage

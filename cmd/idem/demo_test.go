@@ -100,7 +100,7 @@ func TestRun_Dispatch(t *testing.T) {
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{[]string{"demo", "-agents", "0"}, 2, "-agents must be 1 to 1000"},
 		{[]string{"demo", "-refunds", "99"}, 2, "-refunds must be 1 to 50"},
-		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
+		{[]string{"demo", "a", "b"}, 2, `want "idem demo [DIR]" or "idem demo -dir DIR"; got 2 arguments`},
 		{[]string{"demo", "-h"}, 0, "usage: idem demo"},
 		{[]string{"demo", "-bogus"}, 2, "flag provided but not defined"},
 	} {

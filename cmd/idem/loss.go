@@ -22,7 +22,7 @@ type lossResult struct {
 }
 
 func lossCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	a := newAdminFlags("loss", `-dir DIR [-accept [-window D] | -end] [-json]`, `
+	a := newAdminFlags("loss", `DIR [-accept [-window D] | -end] [-json]`, `
 Shows the loss window of a store: the time after an operator accepted a
 loss (tables, logs or the mark lost) during which a claim on a key that is
 absent, or was released or expired before the loss, is held and the
@@ -34,16 +34,17 @@ than it held (BadgerOptions.AcceptLoss): the loss is logged and accepted,
 and a window opens lasting -window; give the Retention (or the longest
 Request.Retention) the server uses. -end ends the window now, for an
 operator who has settled the keys lost. Both need write access: they cannot
-run while a server holds the store.`, stderr)
+run while a server holds the store.`, stderr,
+		"idem loss /var/lib/refund-tool/idem",
+		"idem loss /var/lib/refund-tool/idem -accept -window 24h")
 	accept := a.fs.Bool("accept", false, "accept the loss the store comes back with, and open a window")
 	window := a.fs.Duration("window", idem.DefaultRetention, "how long the window opened by -accept lasts")
 	end := a.fs.Bool("end", false, "end the loss window now")
-	pos, err := a.parse(args)
-	if err != nil {
+	if _, err := a.parse(args, "DIR"); err != nil {
 		return err
 	}
-	if len(pos) > 0 || (*accept && *end) {
-		fmt.Fprintln(stderr, "idem loss: give -accept or -end, not both, and no arguments")
+	if *accept && *end {
+		fmt.Fprintln(stderr, "idem loss: give -accept or -end, not both")
 		a.fs.Usage()
 		return errUsage
 	}

@@ -58,7 +58,7 @@ func TestLoss(t *testing.T) {
 	if code, _, _ := runIdem(t, "loss", "-dir", dir, "-accept", "-end"); code != 2 {
 		t.Errorf("-accept -end: exit %d, want 2", code)
 	}
-	out := mustRun(t, "loss", "-dir", dir, "-now", now, "-accept", "-window", "48h")
+	out := mustRun(t, "loss", dir, "-now", now, "-accept", "-window", "48h")
 	contains(t, "loss -accept", out, "loss window: 2026-03-02T11:00:00Z to 2026-03-04T11:00:00Z, in force",
 		"lost:", "damaged store")
 
@@ -89,5 +89,5 @@ func TestLoss(t *testing.T) {
 	}
 
 	contains(t, "loss -end", mustRun(t, "loss", "-dir", dir, "-now", now, "-end"), "loss window ended", "no loss window")
-	contains(t, "loss", mustRun(t, "loss", "-dir", dir, "-now", now), "no loss window")
+	contains(t, "loss", mustRun(t, "loss", dir, "-now", now), "no loss window")
 }

@@ -1,13 +1,17 @@
 // Command idem is idem's command line: the demo, and the operator's views
 // of a store directory.
 //
-//	idem demo [-seed N] [-agents N] [-dir DIR]
-//	idem inspect|ls|stats|sweep|export|resolve -dir DIR [flags]
-//	idem verify [-json] DIR
-//	idem torture [-duration D] [-workers N] [-json]
-//	idem loss -dir DIR [-accept [-window D] | -end]
+//	idem demo [-seed N] [-agents N] [DIR]
+//	idem inspect DIR [-scope SCOPE] KEY
+//	idem ls|stats|sweep|export|verify DIR [flags]
+//	idem resolve DIR [-scope SCOPE] KEY (-committed -status N | -not-committed) -note WHY
+//	idem torture [-duration D] [-workers N] [-json] [DIR]
+//	idem loss DIR [-accept [-window D] | -end]
 //	idem backup [-json] DIR FILE|-
 //	idem restore [-json] FILE|- DIR
+//
+// A store directory is an argument, or -dir DIR in its place; flags may
+// come before or after the arguments.
 package main
 
 import (
@@ -89,12 +93,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: idem <command> [flags]")
+	fmt.Fprintln(w, "usage: idem <command> [arguments] [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "commands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "idem <command> -h" for a command's flags.`)
+	fmt.Fprintln(w, "A command on a store takes its directory as an argument (or as -dir DIR);")
+	fmt.Fprintln(w, "flags may come before or after the arguments.")
+	fmt.Fprintln(w, `Run "idem <command> -h" for a command's arguments, flags and examples.`)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Example:")
+	fmt.Fprintln(w, "  idem ls /var/lib/refund-tool/idem -state stuck")
 }

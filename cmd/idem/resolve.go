@@ -12,7 +12,7 @@ import (
 
 func resolveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	a := newAdminFlags("resolve",
-		`-dir DIR [-scope S] KEY (-committed -status N [-body-file F] [-content-type T] | -not-committed) -note "WHY" [-by WHO] [-json]`, `
+		`DIR [-scope S] KEY (-committed -status N [-body-file F] [-content-type T] | -not-committed) -note "WHY" [-by WHO] [-json]`, `
 Settles a stale claim by an operator's verdict: one whose lease ended and
 that recovery could not resolve (it needs attention), or that no resolver
 will resolve. -committed saves the result the effect had (its status and
@@ -23,7 +23,9 @@ settled it (-by, default the user running the command) and why (-note).
 It changes the claim only with its fencing token, so it cannot overwrite a
 holder that took the key meanwhile, and it refuses a claim whose lease is
 live. It needs write access: it cannot run while a server holds the store;
-use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr)
+use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr,
+		`idem resolve /var/lib/refund-tool/idem -scope shop-1 refund:order-7 -committed -status 201 -body-file re_7.json -note "the ledger has re_7"`,
+		`idem resolve /var/lib/refund-tool/idem -scope shop-1 refund:order-8 -not-committed -note "the provider has no charge"`)
 	scope := a.fs.String("scope", "", "the key's `scope` (default the empty scope)")
 	committed := a.fs.Bool("committed", false, "the effect happened: save -status and -body-file as its result")
 	notCommitted := a.fs.Bool("not-committed", false, "the effect did not happen: release the claim")
@@ -32,7 +34,7 @@ use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr)
 	contentType := a.fs.String("content-type", "", "the result's Content-Type `header` (with -committed)")
 	note := a.fs.String("note", "", "why: what the operator checked (required)")
 	by := a.fs.String("by", "", "who decides (default the user running the command)")
-	pos, err := a.parse(args)
+	pos, err := a.parse(args, "DIR", "KEY")
 	if err != nil {
 		return err
 	}
@@ -42,8 +44,6 @@ use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr)
 		return errUsage
 	}
 	switch {
-	case len(pos) != 1:
-		return usage("want exactly one KEY, got %d arguments", len(pos))
 	case *committed == *notCommitted:
 		return usage("give exactly one of -committed and -not-committed")
 	case *committed && *status == 0:

@@ -56,7 +56,7 @@ func TestResolve(t *testing.T) {
 	golden(t, "resolve_committed", out)
 	contains(t, "resolve -committed", out, "settled by an operator: committed (alice: the ledger has re_7)")
 
-	out = normalizeOwners(t, dir, mustRun(t, "resolve", "-dir", dir, "-scope", "shop-1", "-now", now, "-json",
+	out = normalizeOwners(t, dir, mustRun(t, "resolve", dir, "-scope", "shop-1", "-now", now, "-json",
 		"refund:order-8", "-not-committed", "-by", "bob", "-note", "the provider has no charge"))
 	golden(t, "resolve_not_committed_json", out)
 	contains(t, "resolve -not-committed -json", out, "not_committed: bob: the provider has no charge")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -105,7 +104,7 @@ func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	var asJSON bool
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to run")
 	fs.IntVar(&cfg.Cycles, "cycles", 0, "stop after this many kills instead (0: run for -duration)")
-	fs.StringVar(&cfg.Dir, "dir", "", "directory for the store and the ledger (default: a temporary one, removed unless something failed)")
+	fs.StringVar(&cfg.Dir, "dir", "", "`directory` for the store and the ledger, if not given as the argument (default: a temporary one, removed unless something failed)")
 	fs.IntVar(&cfg.Workers, "workers", 16, "goroutines calling Do in the child")
 	fs.IntVar(&cfg.Keys, "keys", 512, "how many of the latest keys the repeats draw from (3 calls in 5 are repeats)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the kill schedule and the children's choices (0: from the clock)")
@@ -113,33 +112,27 @@ func tortureCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&cfg.Sample, "sample", 500, "earlier acknowledged keys replayed after each kill, beside the last cycle's")
 	fs.IntVar(&cfg.FullEvery, "full-every", 50, "every N cycles (and at the end) check every record and replay every acknowledged key (0: only at the end)")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: idem torture [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs a child process (this binary) doing Durable Do on many goroutines over a store")
-		fmt.Fprintln(stderr, "whose effects book lines in a synced ledger, SIGKILLs it at random moments and")
-		fmt.Fprintln(stderr, "restarts it. After every kill it recovers the store with a Resolver over the ledger")
-		fmt.Fprintln(stderr, "and checks: no effect booked twice, every acknowledged result replays byte for byte")
-		fmt.Fprintln(stderr, "(Do runs nothing), every record agrees with the ledger, no claim is left open.")
-		fmt.Fprintln(stderr, "Exits with status 1 on any violation.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
+	setUsage(fs, "[flags] [DIR]", `
+Runs a child process (this binary) doing Durable Do on many goroutines over a store
+whose effects book lines in a synced ledger, SIGKILLs it at random moments and
+restarts it. After every kill it recovers the store with a Resolver over the ledger
+and checks: no effect booked twice, every acknowledged result replays byte for byte
+(Do runs nothing), every record agrees with the ledger, no claim is left open.
+Exits with status 1 on any violation.`,
+		"idem torture -duration 10m -workers 32",
+		"idem torture -cycles 200 -seed 42 -json /tmp/idem-torture")
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if cfg.Dir, _, err = takeDir(fs, cfg.Dir, pos, []string{"DIR"}, true); err != nil {
+		return err
 	}
-	var err error
 	if cfg.KillMin, cfg.KillMax, err = parseKillRange(kill); err != nil {
 		fmt.Fprintf(stderr, "idem torture: -kill-every: %v\n", err)
 		return errUsage
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "idem torture: unexpected arguments %q\n", fs.Args())
-		return errUsage
 	case cfg.Workers < 1 || cfg.Workers > 1024:
 		fmt.Fprintln(stderr, "idem torture: -workers must be 1 to 1024")
 		return errUsage

@@ -291,7 +291,7 @@ func TestTortureCommand_Usage(t *testing.T) {
 		{[]string{"torture", "-kill-every", "2s-1s"}, "0 < MIN <= MAX"},
 		{[]string{"torture", "-workers", "0"}, "-workers must be 1 to 1024"},
 		{[]string{"torture", "-duration", "0"}, "-duration or -cycles must be positive"},
-		{[]string{"torture", "extra"}, "unexpected arguments"},
+		{[]string{"torture", "a", "b"}, `want "idem torture [DIR]" or "idem torture -dir DIR"; got 2 arguments`},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.stderr) {

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/idemkit/idem/backend"
 )
@@ -33,35 +32,19 @@ var errDamaged = errors.New("damage found")
 func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("idem verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", "", "the store `directory` (or give it as the argument)")
+	flagDir := fs.String("dir", "", "the store `directory`, if not given as the argument")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: idem verify [-json] DIR\n\n%s\n\n", strings.TrimSpace(verifyAbout))
-		fs.PrintDefaults()
+	setUsage(fs, "DIR [-json]", verifyAbout, "idem verify /var/lib/refund-tool/idem")
+	pos, err := parseAnywhere(fs, args)
+	if err != nil {
+		return err
 	}
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	dir, _, err := takeDir(fs, *flagDir, pos, []string{"DIR"}, false)
+	if err != nil {
+		return err
 	}
-	if *dir == "" && len(pos) == 1 {
-		*dir, pos = pos[0], nil
-	}
-	if *dir == "" || len(pos) > 0 {
-		fs.Usage()
-		return errUsage
-	}
-	res := verifyResult{Dir: *dir, VerifyReport: &backend.VerifyReport{}}
-	s, err := (&adminFlags{dir: *dir}).openStore(false, nil)
+	res := verifyResult{Dir: dir, VerifyReport: &backend.VerifyReport{}}
+	s, err := (&adminFlags{dir: dir}).openStore(false, nil)
 	if err != nil {
 		res.OpenError = err.Error()
 	} else {

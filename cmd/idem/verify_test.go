@@ -36,7 +36,7 @@ func TestVerify(t *testing.T) {
 	require.Contains(t, out, "20 records")
 	require.Contains(t, out, ": ok")
 
-	code, out, _ = runIdem(t, "verify", "-json", dir)
+	code, out, _ = runIdem(t, "verify", "-json", "-dir", dir)
 	require.Equal(t, 0, code)
 	var res struct {
 		OK      bool `json:"ok"`
