@@ -181,7 +181,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 	}
 }
 
-// replayCached answers req from the replay cache (hot.go), or returns nil
+// replayCached answers req from the replay cache (replaycache.go), or returns nil
 // when Begin must take its full path: the key is not cached, its
 // fingerprint differs (a mismatch to count and report), its record has
 // expired, or the store or ctx is done. A replay here takes one lock, of
@@ -350,7 +350,7 @@ func (s *Store) fencedOrErr(op, scope, key string, token uint64, err error) {
 // progress with its lease ended, and the Resolver decides on the next
 // access or sweep whether the effect committed; without one it is
 // released, and a retry runs fn again. Either way the panic is re-raised.
-// (DoCommit always releases: the effect's transaction rolls back.)
+// (DoTx always releases: the effect's transaction rolls back.)
 //
 // A replayed result whose first run returned an error saved by the policy
 // comes back with a *SavedError. A replayed result's Header and Body may be

@@ -9,6 +9,8 @@
 // The embedded default keeps its state in a Badger directory (Open), so a
 // single binary needs no database server. The pgstore package runs the same
 // contract on PostgreSQL for more than one process (New with its Backend).
+// What a backend implements lives in package backend, the embedded one in
+// package badgerstore: this package is what a tool server calls.
 //
 //	store, err := idem.Open("/var/lib/tool/idem", nil)
 //	...
@@ -57,7 +59,7 @@
 // for recovery (DecisionHold). A panic in the effect is an unknown outcome
 // (it may have acted first): with a Resolver the claim is held for it, and
 // the Resolver decides on the next access or sweep whether it committed;
-// without one, or in a transactional effect (DoCommit, pgstore.DoTx),
+// without one, or in a transactional effect (DoTx),
 // which rolls back, the claim is released; either way the panic is
 // re-raised. Done records replay for the retention period, decided by
 // the store's Clock, then expire; Sweep reclaims them in bounded batches.
@@ -65,7 +67,7 @@
 // resolved through the Resolver. Every transition is reported to the
 // Observer.
 //
-// Fingerprint digests what a request asks for: method, route, content type
+// A Fingerprinter digests what a request asks for: method, route, content type
 // and body. JSON bodies are compared by meaning: member order, whitespace
 // and escape forms do not matter, numbers compare by exact decimal value,
 // and duplicate member names, excessive depth and size are errors. Other
@@ -94,7 +96,7 @@
 //     stopped or starved that long), and then late by no more than the
 //     stall's excess over the minute; such a replay's LastReplay may be up
 //     to 100 ms early. Any other Clock is read on every request.
-//   - The Badger backend serves one process at a time (Badger locks its
+//   - The embedded backend (badgerstore) serves one process at a time (it locks its
 //     directory); use pgstore for several replicas.
 //   - A store directory holds saved responses. Open (for writing) makes it
 //     0700 and the files in it 0600, whatever the umask or the mode it was

@@ -29,7 +29,7 @@ type SQLExecer interface {
 //
 // A fenced write is what closes the window Options.RecoveryGrace only
 // narrows for effects outside the store's database; for effects inside
-// pgstore's database, pgstore.DoTx commits the effect with its record.
+// pgstore's database, idem.DoTx commits the effect with its record.
 func ExecFenced(ctx context.Context, db SQLExecer, query string, args ...any) (sql.Result, error) {
 	c, ok := ClaimFromContext(ctx)
 	if !ok {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,182 +14,6 @@ import (
 	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/badgerstore"
 )
-
-// Defaults for zero Options fields. Retention and Lease are exported for
-// callers that size their own timings from them.
-const (
-	DefaultRetention      = 24 * time.Hour
-	DefaultLease          = 30 * time.Second
-	defaultSweepInterval  = 10 * time.Second
-	defaultMaxUnknown     = 10
-	defaultRecheckBackoff = time.Second
-	defaultCloseTimeout   = 30 * time.Second
-	maxRecheckBackoff     = 10 * time.Minute
-)
-
-// Options configure a Store. Nil Options, and every zero field, mean the
-// documented default.
-type Options struct {
-	// Retention is how long a done record replays before it expires and a
-	// repeat runs again. Set it longer than the longest pause any run can
-	// take (retries, a resumed agent run). Default 24 hours. A Request may
-	// override it. At least the Lease.
-	Retention time.Duration
-
-	// Lease is how long a claim stays live without a heartbeat. Do extends
-	// it every Lease/3 while the effect runs, so only a dead or hung holder
-	// lets it end. Default 30 seconds.
-	Lease time.Duration
-
-	// Durability says whether commits are synced to disk (Durable, the
-	// default) or only survive a process crash (Fast). Open gives it to the
-	// embedded backend; a backend given to New has a setting of its own
-	// (badgerstore.Options, pgstore.Options).
-	Durability Durability
-
-	// Resolver answers, for a stale claim, whether its effect happened
-	// downstream. Nil means stale claims stay in progress and are reported
-	// (ErrOutcomeUnknown), never silently run again.
-	Resolver Resolver
-
-	// RecoveryGrace is how long past its lease's end a stale claim taken by
-	// another live instance (another Owner; not one orphaned by a restart)
-	// waits before it goes to the Resolver: a holder that was paused (a GC
-	// pause, a stopped VM or container, a network path holding its writes)
-	// may still be acting on it, and its effect's write may still arrive.
-	// Default the Lease; negative means no grace. Claims of this instance,
-	// orphaned ones and transactional ones (pgstore.DoTx) do not wait.
-	//
-	// What remains: an effect that is neither transactional nor fenced
-	// downstream (a write that refuses older fencing tokens) and whose holder
-	// pauses for longer than the lease plus the grace can still take effect
-	// after the Resolver answered "not committed", so it may run twice. The
-	// grace narrows that window; only DoTx or fencing closes it.
-	RecoveryGrace time.Duration
-
-	// SweepInterval is how often the background sweep recovers stale claims
-	// and reclaims expired records. Default 10 seconds, or the Retention if
-	// shorter; negative disables the background sweep (call Sweep
-	// yourself). Longer than the Retention is refused.
-	SweepInterval time.Duration
-
-	// MaxUnknown is how many inconclusive resolver answers a claim gets
-	// before it is marked as needing attention. Default 10.
-	MaxUnknown int
-
-	// RecheckBackoff is the wait before asking the resolver again after an
-	// inconclusive answer; it doubles with every answer, up to ten minutes.
-	// Default 1 second.
-	RecheckBackoff time.Duration
-
-	// Policy decides what Do does with each outcome. Default DefaultPolicy.
-	Policy Policy
-
-	// Clock is the store's time. Default the system clock (SystemClock),
-	// which the store reads as a wall-clock reading at most a second old
-	// advanced by the monotonic clock: one clock read per request. A replay
-	// of a record with over a minute to live reads none: it is judged on a
-	// reading refreshed every 100 ms in the background (see Caveats in the
-	// package documentation). Any other Clock is read on every request.
-	Clock Clock
-
-	// Observer receives every transition. Default none.
-	Observer Observer
-
-	// ErrorText turns the error an effect returned into the text Do keeps
-	// in the record: the saved error a replay returns (SavedError) and the
-	// reason a released attempt's story gives. An error's own text may
-	// carry secrets (tokens, account numbers, queries), and records are
-	// exported and replayed to every caller of the key, so the default,
-	// DefaultErrorText, keeps only a generic word. The Observer still gets
-	// the error itself (Event.Err); the Logger logs its full text unless
-	// ErrorText is set, in which case it logs what ErrorText returns.
-	ErrorText func(error) string
-
-	// Logger, if set, logs every transition (routine ones at Debug,
-	// rejections and recoveries at Info, attention and effects that may
-	// have run twice at Warn, errors at Error) with the scope, key and
-	// token as attributes, and, under Open, the engine's warnings.
-	Logger *slog.Logger
-
-	// Owner names this process in the claims it takes (Record.Owner), so
-	// that an operator can tell who held a stuck claim. Default the host
-	// name, the process id and a random suffix.
-	Owner string
-
-	// CloseTimeout bounds how long Close waits for running effects and open
-	// claims to finish before closing the storage under them (their claims
-	// are then recovered on the next open). Default 30 seconds.
-	CloseTimeout time.Duration
-
-	// MemoryBudget bounds, in bytes, the memory the store holds in the host
-	// process: under Open, Badger's memtables (B/32 each; two may wait for
-	// their flush, one below the default budget), index cache (B/32) and
-	// table builders (tables of B/128), and on every backend the Store's
-	// replay cache (B/5, scaled by B/64 MiB below the default budget) and
-	// the replays and rejections counted between two flushes (B/16 KiB
-	// records). Default 64 MiB; values under 16 MiB are raised to 16
-	// (backend.DefaultMemoryBudget, MinMemoryBudget). It bounds live bytes: the process's resident memory also holds
-	// the garbage collector's headroom (GOGC), which the host sets (with
-	// GOMEMLIMIT), not a library, and Badger's compaction can briefly
-	// exceed its share. Mapped table files are page cache, not counted.
-	// docs/memory.md has the split and what it holds.
-	MemoryBudget int64
-}
-
-func (o *Options) withDefaults() Options {
-	var c Options
-	if o != nil {
-		c = *o
-	}
-	if c.Retention <= 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.RecoveryGrace == 0 {
-		c.RecoveryGrace = c.Lease
-	}
-	if c.RecoveryGrace < 0 {
-		c.RecoveryGrace = 0
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = min(defaultSweepInterval, c.Retention)
-	}
-	if c.MaxUnknown <= 0 {
-		c.MaxUnknown = defaultMaxUnknown
-	}
-	if c.RecheckBackoff <= 0 {
-		c.RecheckBackoff = defaultRecheckBackoff
-	}
-	if c.Policy == nil {
-		c.Policy = DefaultPolicy
-	}
-	if c.Clock == nil {
-		c.Clock = SystemClock()
-	}
-	if c.CloseTimeout <= 0 {
-		c.CloseTimeout = defaultCloseTimeout
-	}
-	c.MemoryBudget = backend.MemoryBudget(c.MemoryBudget)
-	var obs multiObserver
-	if c.Observer != nil {
-		obs = append(obs, c.Observer)
-	}
-	if c.Logger != nil {
-		obs = append(obs, slogObserver(c.Logger, c.ErrorText))
-	}
-	switch len(obs) {
-	case 0:
-		c.Observer = nil
-	case 1:
-		c.Observer = obs[0]
-	default:
-		c.Observer = obs
-	}
-	return c
-}
 
 // Store runs effects once per (scope, key) and replays their results. It is
 // safe for concurrent use by any number of goroutines.
@@ -226,7 +49,7 @@ type Store struct {
 	sweeps    sync.Mutex      // one Sweep at a time
 	counts    tallies         // replays and rejections not yet flushed
 	tallier   backend.Tallier // the backend, if it keeps counts
-	hot       *hotSet         // the replay cache (hot.go)
+	hot       *hotSet         // the replay cache (replaycache.go)
 	wall      *wallClock      // reads the clock when it is the system clock
 	// rules settle stale claims of a scope in place of the Resolver
 	// (crashrecovery.go); set in New, then only read.
@@ -464,35 +287,4 @@ func validate(scope, key string, own bool) error {
 		return backend.ValidateStoredScope(scope)
 	}
 	return backend.ValidateScope(scope)
-}
-
-func (s *Store) background() {
-	defer close(s.bgDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-			s.observeErr("sweep", "", "", 0, err)
-		}
-		// The backend's own housekeeping runs here, off the requests and off
-		// the Sweep a caller times.
-		if m, ok := s.b.(backend.Maintainer); ok {
-			if err := s.call(func() error { return m.Maintain(ctx) }); err != nil &&
-				!errors.Is(err, ErrClosed) && ctx.Err() == nil {
-				s.observeErr("maintain", "", "", 0, err)
-			}
-		}
-		select {
-		case <-s.stop:
-			return
-		case <-s.o.Clock.After(s.o.SweepInterval):
-		}
-	}
 }

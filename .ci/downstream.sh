@@ -49,7 +49,7 @@ echo "-- the patched behaviour, tested from the downstream module"
 # registry (internal/badger/PATCHES.md, internal/ristretto/PATCHES.md).
 GOFLAGS=-mod=mod go test -count=1 -v \
   -run '^(TestMemoryBudget_PatchedBadgerBoundsItsBuilders|TestMappingsStayOutOfTheRegistry)$' \
-  github.com/idemkit/idem 2>&1 | tee "$work/patched.log" | grep -E '^(--- |ok|FAIL|PASS)'
+  github.com/idemkit/idem/badgerstore 2>&1 | tee "$work/patched.log" | grep -E '^(--- |ok|FAIL|PASS)'
 for t in TestMemoryBudget_PatchedBadgerBoundsItsBuilders TestMappingsStayOutOfTheRegistry; do
   grep -q -- "--- PASS: $t" "$work/patched.log" || { echo "FAIL: $t did not pass downstream"; exit 1; }
 done

@@ -166,10 +166,10 @@ type Backend struct {
 
 	gcMu sync.Mutex // serialises value-log garbage collection
 
-	counts talliedCache // the counts beside records (badger_counts.go)
+	counts talliedCache // the counts beside records (counts.go)
 
 	// loss is the loss window kept in the store, nil if none
-	// (badger_loss.go); lossPending is what an open accepted as lost
+	// (loss.go); lossPending is what an open accepted as lost
 	// with no window opened yet, and lossLength Options.LossWindow.
 	loss        atomic.Pointer[LossWindow]
 	lossPending string

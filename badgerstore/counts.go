@@ -16,7 +16,7 @@ import (
 // Counts beside records.
 //
 // Replays are counted in memory and reach the backend in batches
-// (tally.go). Rewriting a whole record to add to its counts would cost a
+// (the root package's counts.go). Rewriting a whole record to add to its counts would cost a
 // read, a decode, an encode and a write of the record per counted key and
 // flush. So the counts of a done or released record are kept beside it,
 // under prefixCounts: one small entry holding the counts added since the

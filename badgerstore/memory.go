@@ -41,7 +41,7 @@ func badgerSharesOf(b int64) badgerShares {
 }
 
 // applyBudget sets bo's memory sizes from the budget b (already
-// defaulted). Explicit BadgerOptions sizes are applied after it and win.
+// defaulted). Explicit Options sizes are applied after it and win.
 func applyBudget(bo badger.Options, b int64) badger.Options {
 	s := badgerSharesOf(b)
 	bo = bo.
@@ -64,7 +64,7 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 	return bo
 }
 
-// fixBlockCache gives a compressing bo (BadgerOptions.Compress) the
+// fixBlockCache gives a compressing bo (Options.Compress) the
 // block cache Badger requires then: B/16, unless one is set.
 func fixBlockCache(bo badger.Options, b int64) badger.Options {
 	if bo.Compression != options.None && bo.BlockCacheSize == 0 {

@@ -177,7 +177,7 @@ func (b *Backend) newClaim(t *engine.Txn, scope, key string, id []byte, args bac
 		}
 	}
 	n.AddAttempt(backend.Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner,
-		Reason: b.lossNoteFor(rec, args.Now)}) // badger_loss.go
+		Reason: b.lossNoteFor(rec, args.Now)}) // loss.go
 	t.Set(withPrefix(prefixClaim, id), nil, 0)
 	return n, b.put(t, id, n, time.Time{})
 }

@@ -93,7 +93,7 @@ func (s *idemPGStore) TxEffect(ctx context.Context, mode string, seed uint64) (f
 	case txDoTx:
 		return func(ctx context.Context, i int) error {
 			k := keyOf(seed, i)
-			_, replayed, err := pgstore.DoTx(ctx, st, idem.Request{Key: k, Fingerprint: benchFP},
+			_, replayed, err := idem.DoTx(ctx, st, idem.Request{Key: k, Fingerprint: benchFP},
 				func(ctx context.Context, tx pgx.Tx) (idem.Result, error) {
 					_, err := tx.Exec(ctx, insert, k)
 					return res, err

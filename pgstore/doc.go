@@ -58,7 +58,7 @@
 //
 // # Transactional effects
 //
-// When the effect's writes live in the same database, run it with DoTx:
+// When the effect's writes live in the same database, run it with idem.DoTx (pgstore.Backend is a backend.TxBackend[pgx.Tx]):
 // fn writes with a pgx.Tx, and when the error policy saves the outcome the
 // complete UPDATE (fenced by the token, locking the record's row) runs in
 // that transaction before it commits. The effect thus commits exactly when

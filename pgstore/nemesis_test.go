@@ -32,7 +32,7 @@ import (
 // (immediate stop) and starts it again, terminates backends, and has a
 // worker's proxy drop its connections or hold its traffic and deliver it
 // later. Then it checks what must hold: first with transactional effects
-// (pgstore.DoTx), then with unfenced ones (Store.Do, a Resolver reading the
+// (idem.DoTx), then with unfenced ones (Store.Do, a Resolver reading the
 // ledger).
 //
 // IDEM_NEMESIS sets the total time of striking, split between the two

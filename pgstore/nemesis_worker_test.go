@@ -34,7 +34,7 @@ import (
 
 // Nemesis modes: how the worker runs its effects.
 const (
-	modeTx    = "tx"    // pgstore.DoTx: the INSERT commits with the completion
+	modeTx    = "tx"    // idem.DoTx: the INSERT commits with the completion
 	modePlain = "plain" // Store.Do: the INSERT commits on its own, unfenced
 )
 

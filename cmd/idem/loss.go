@@ -30,7 +30,7 @@ Resolver asked before its effect runs, since the key's latest write may be
 one the loss took.
 
 -accept opens a store that refuses to open because it came back with less
-than it held (BadgerOptions.AcceptLoss): the loss is logged and accepted,
+than it held (badgerstore.Options.AcceptLoss): the loss is logged and accepted,
 and a window opens lasting -window; give the Retention (or the longest
 Request.Retention) the server uses. -end ends the window now, for an
 operator who has settled the keys lost. Both need write access: they cannot
