@@ -302,6 +302,9 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 			return nil
 		case DecisionHold:
 			kind = EventHeld
+			if h, ok := s.b.(backend.Holder); ok && reason == panicNote {
+				return h.Hold(ctx, c.scope, c.key, c.token, now, panicNote)
+			}
 			return s.b.Extend(ctx, c.scope, c.key, c.token, now)
 		default:
 			kind = EventReleased
@@ -419,7 +422,7 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		endCtx := context.WithoutCancel(ctx)
 		if p != nil && commit == nil && s.o.Resolver != nil {
 			s.notePanic(c)
-			_ = c.end(endCtx, DecisionHold, Result{}, "panic", nil)
+			_ = c.end(endCtx, DecisionHold, Result{}, panicNote, nil)
 		} else {
 			_ = c.Release(endCtx, "panic")
 		}

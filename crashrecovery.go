@@ -154,7 +154,7 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 	switch res.Verdict {
 	case VerdictCommitted:
 		comp := completion(res.Result, now, expiresAt(now, retention), VerdictCommitted.String())
-		if s.panics.take(rec) {
+		if s.panicked(rec) {
 			comp.Ending.Reason = panicNote
 		}
 		err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
@@ -164,7 +164,7 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 		}
 	case VerdictNotCommitted:
 		why := "recovered: not committed"
-		if s.panics.take(rec) {
+		if s.panicked(rec) {
 			why += " after a " + panicNote
 		}
 		err = s.call(func() error {

@@ -1,6 +1,10 @@
 package idem
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/idemkit/idem/backend"
+)
 
 // panicNote is the word a record's story uses for an effect that panicked.
 const panicNote = "panic"
@@ -11,9 +15,10 @@ const maxPanicNotes = 4096
 
 // panicNotes remembers the claims this Store held because their effect
 // panicked, so that recovery's ending of the claim says "panic" in the
-// record's story (a Backend keeps no note on a held claim). It lives in
-// memory: a claim held by an earlier process, or resolved by another one,
-// ends without the note. The zero value is ready.
+// record's story, on a backend that keeps no note with a held claim (not a
+// backend.Holder; one that is keeps the note in the claim's attempt). It
+// lives in memory: on such a backend a claim held by an earlier process, or
+// resolved by another one, ends without the note. The zero value is ready.
 type panicNotes struct {
 	mu sync.Mutex // guards m
 	m  map[flightKey]struct{}
@@ -41,5 +46,23 @@ func (p *panicNotes) take(rec *Record) bool {
 	return ok
 }
 
-// notePanic remembers that c is held because its effect panicked.
-func (s *Store) notePanic(c *Claim) { s.panics.note(c) }
+// notePanic remembers that c is held because its effect panicked, unless
+// the backend keeps the note itself.
+func (s *Store) notePanic(c *Claim) {
+	if _, ok := s.b.(backend.Holder); !ok {
+		s.panics.note(c)
+	}
+}
+
+// panicked reports whether rec's claim was held because its effect
+// panicked: its open attempt carries the note (backend.Holder), or this
+// Store remembers it.
+func (s *Store) panicked(rec *Record) bool {
+	if n := len(rec.Attempts); n > 0 {
+		if a := rec.Attempts[n-1]; a.Token == rec.Token && a.EndedAt.IsZero() && a.Reason == panicNote {
+			s.panics.take(rec)
+			return true
+		}
+	}
+	return s.panics.take(rec)
+}

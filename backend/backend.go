@@ -193,6 +193,19 @@ type TxEffect[Tx any] interface {
 	Open(ctx context.Context) (context.Context, Tx, error)
 }
 
+// Holder is implemented by backends that keep, with a claim the Store
+// holds for recovery, why it holds it: the note (Attempt.Reason) of the
+// claim's open attempt, so that the record's story says, for example,
+// "panic" whichever process later resolves the claim. Without it the
+// Store holds a claim with Extend and keeps the note in memory, for its
+// own recovery only.
+type Holder interface {
+	// Hold moves the claim's lease end to leaseEnds, as Extend does, and
+	// sets the note of the attempt of token to note, in one atomic write
+	// fenced like Extend's.
+	Hold(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time, note string) error
+}
+
 // Committer commits an effect's own writes together with its claim's
 // completion, in one transaction of the backend's (TxEffect).
 type Committer interface {

@@ -240,6 +240,16 @@ func (b *Backend) Extend(ctx context.Context, scope, key string, token uint64, l
 	})
 }
 
+// Hold implements backend.Holder.
+func (b *Backend) Hold(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time, note string) error {
+	return b.fenced(ctx, "hold", scope, key, token, time.Time{}, func(_ *engine.Txn, _ []byte, rec *backend.Record) {
+		rec.LeaseEnds = leaseEnds
+		rec.NoteAttempt(token, note)
+	})
+}
+
+var _ backend.Holder = (*Backend)(nil)
+
 // Defer implements Backend.
 func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {
 	return b.fenced(ctx, "defer", scope, key, token, time.Time{}, func(_ *engine.Txn, _ []byte, rec *backend.Record) {

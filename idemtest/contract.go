@@ -468,6 +468,46 @@ func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
 	require.Equal(t, []string{"committed", "not-committed"}, acted, "each panicking effect ran once")
 }
 
+// A backend.Holder keeps the note of a claim held after a panic in the
+// claim's attempt, so that another process (here another Store over the
+// same storage) that resolves the claim tells the same story. Backends
+// that are not Holders keep no such note and skip.
+func testPolicyPanicNoteKept(t *testing.T, nb NewBackend) {
+	e := newEnv(t, nb, withResolver(idem.ResolverFunc(func(context.Context, *backend.Record) (idem.Resolution, error) {
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
+	})))
+	if _, ok := e.b.(backend.Holder); !ok {
+		t.Skip("the backend is not a backend.Holder: a held claim's note lives in its Store's memory")
+	}
+	func() {
+		defer func() { require.Equal(t, "kaboom", recover()) }()
+		_, _, _ = e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) { panic("kaboom") })
+	}()
+	rec := e.get(req("k", "fp"))
+	require.Equal(t, backend.StateInProgress, rec.State)
+	require.Equal(t, "panic", rec.Attempts[len(rec.Attempts)-1].Reason, "the held claim's attempt carries the note")
+
+	other := idem.New(unclosed{e.b}, &idem.Options{Clock: e.clk, SweepInterval: -1, Lease: lease, Retention: retention,
+		RecoveryGrace: -1, // the claim is another live instance's: no wait for this test
+		Resolver: idem.ResolverFunc(func(context.Context, *backend.Record) (idem.Resolution, error) {
+			return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
+		})})
+	defer other.Close()
+	rep, err := other.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.NotCommitted)
+	rec = e.get(req("k", "fp"))
+	require.Equal(t, backend.StateReleased, rec.State)
+	require.Equal(t, "recovered: not committed after a panic", rec.Attempts[len(rec.Attempts)-1].Reason,
+		"another Store resolving the claim reads the note from the storage")
+}
+
+// unclosed is a backend whose Close does nothing: a second Store over a
+// backend the first one owns.
+type unclosed struct{ backend.Backend }
+
+func (unclosed) Close() error { return nil }
+
 func testRetentionOverride(t *testing.T, nb NewBackend) {
 	e := newEnv(t, nb)
 	short := req("short", "fp")

@@ -90,6 +90,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Policy_HoldGoesToRecovery", testPolicyHold},
 		{"Policy_PanicReleasesAndReraises", testPolicyPanic},
 		{"Policy_PanicHeldForResolver", testPolicyPanicHeld},
+		{"Policy_PanicNoteKeptByTheBackend", testPolicyPanicNoteKept},
 		{"Retention_Override", testRetentionOverride},
 		{"Retention_SweepReclaims", testRetentionSweep},
 		{"Recovery_Committed", testRecoveryCommitted},

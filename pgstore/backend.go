@@ -20,7 +20,7 @@ import (
 type queries struct {
 	insert, takeOver                   string // Claim
 	insertTx, takeOverTx               string // Claim for DoTx: the new attempt marked (txNote)
-	complete, release, extend, deferTo string // fenced
+	complete, release, extend, hold, deferTo string // fenced
 	completeTx                         string // fenced: DoTx's completion, in the effect's transaction
 	lateGet, lateInsert, lateDone      string // CompleteLate
 	lateTwice                          string // CompleteLate
@@ -129,6 +129,15 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
 		extend: r.Replace(`
 UPDATE {table} SET lease_ends = $4, ` + settled + `
+WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		// hold's $5 is the note of the held claim's attempt, the last one
+		// if its token is the fenced token (see endAttempt).
+		hold: r.Replace(`
+UPDATE {table} SET lease_ends = $4, ` + settled + `,
+	attempts = CASE WHEN (attempts -> -1 ->> 't')::bigint = $3
+	THEN jsonb_set(attempts, '{-1}', (attempts -> -1) || jsonb_build_object('r', CAST($5 AS text)))
+	ELSE attempts END
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
 		deferTo: r.Replace(`
@@ -498,6 +507,13 @@ func (b *Backend) Release(ctx context.Context, scope, key string, token uint64, 
 func (b *Backend) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
 	return b.fenced(ctx, "extend", scope, key, token, b.q.extend, encodeTime(leaseEnds))
 }
+
+// Hold implements backend.Holder.
+func (b *Backend) Hold(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time, note string) error {
+	return b.fenced(ctx, "hold", scope, key, token, b.q.hold, encodeTime(leaseEnds), note)
+}
+
+var _ backend.Holder = (*Backend)(nil)
 
 // Defer implements backend.Backend.
 func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {
