@@ -755,8 +755,8 @@ func recoverCrash(t *testing.T, st *crashStats, child *crashChild, dir, ledger, 
 	if err != nil {
 		// A store must open after any crash. (A kill inside Badger's own
 		// Open leaves an empty .vlog or .mem file, which Badger v4.9.6
-		// refuses on the next Open and repairs in passing, dgraph-io/badger
-		// issue 2207.) Report it, and open again so that the rest of the
+		// refuses on the next Open and repairs in passing: a known upstream
+		// bug, github.com/dgraph-io/badger/issues/2207.) Report it, and open again so that the rest of the
 		// run is still checked.
 		st.reopenFailures++
 		t.Errorf("cycle %d: the store does not reopen after the kill: %v\nstore files: %s",

@@ -55,10 +55,6 @@ func (a Access) String() string {
 // a backup for AccessBodies, then AccessBackup.
 type Authorizer func(r *http.Request, a Access) error
 
-// ErrUnauthenticated is wrapped by an Authorizer's error when the request
-// carries no credentials it accepts; Handler answers 401.
-var ErrUnauthenticated = errors.New("idemadmin: request not authenticated")
-
 // guard runs next if the Authorizer allows access a, and refuses otherwise.
 func (h *handler) guard(a Access, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -29,10 +29,6 @@ type SettleRequest struct {
 	Note string `json:"note"`
 }
 
-// ErrBadSettle is wrapped by the error of a SettleRequest that lacks a
-// field it needs.
-var ErrBadSettle = errors.New("idemadmin: malformed settle request")
-
 // Settle applies req through idem.Store.Settle (fenced by the claim's
 // token, so it cannot race a live holder) and returns the key's story
 // after it, judged at now.

@@ -18,15 +18,15 @@ import (
 
 // queries are the statements of one store, its names filled in.
 type queries struct {
-	insert, takeOver                   string // Claim
-	insertTx, takeOverTx               string // Claim for DoTx: the new attempt marked (txNote)
+	insert, takeOver                         string // Claim
+	insertTx, takeOverTx                     string // Claim for DoTx: the new attempt marked (txNote)
 	complete, release, extend, hold, deferTo string // fenced
-	completeTx                         string // fenced: DoTx's completion, in the effect's transaction
-	lateGet, lateInsert, lateDone      string // CompleteLate
-	lateTwice                          string // CompleteLate
-	get, stale, reclaim, scan          string
-	getBrief                           string // Claim's read-first path for Store.Begin (backend.ClaimArgs.Brief)
-	tally                              string
+	completeTx                               string // fenced: DoTx's completion, in the effect's transaction
+	lateGet, lateInsert, lateDone            string // CompleteLate
+	lateTwice                                string // CompleteLate
+	get, stale, reclaim, scan                string
+	getBrief                                 string // Claim's read-first path for Store.Begin (backend.ClaimArgs.Brief)
+	tally                                    string
 }
 
 // The story of a record (backend.Record.Attempts) is kept in the attempts

@@ -102,3 +102,15 @@ func (e *unavailableError) Error() string {
 }
 
 func (e *unavailableError) Unwrap() []error { return []error{backend.ErrUnavailable, e.err} }
+
+// Errors of New and of transactional effects.
+var (
+	// ErrSchemaVersion is returned by New when the tables were created or
+	// upgraded by a newer release of pgstore than this one, which must not
+	// write to them.
+	ErrSchemaVersion = errors.New("pgstore: schema version is newer than this release")
+
+	// ErrTxOwned is returned by Commit and Rollback of the transaction idem.DoTx
+	// gives its effect: DoTx ends it, with the completion, and nothing else may.
+	ErrTxOwned = errors.New("pgstore: DoTx's transaction is committed or rolled back by DoTx, not by fn")
+)

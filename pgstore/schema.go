@@ -89,11 +89,6 @@ COMMENT ON COLUMN {table}.twice IS 'idem Record.MayHaveRunTwice: a holder whose 
 	}}
 }
 
-// ErrSchemaVersion is returned by New when the tables were created or
-// upgraded by a newer release of pgstore than this one, which must not
-// write to them.
-var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this release")
-
 // migrate resolves the schema, then brings the tables to the latest
 // version in one transaction under an advisory lock, and returns their
 // names.

@@ -2,16 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// ErrTxOwned is returned by Commit and Rollback of the transaction DoTx
-// gives fn: DoTx ends it, with the completion, and nothing else may.
-var ErrTxOwned = errors.New("pgstore: DoTx's transaction is committed or rolled back by DoTx, not by fn")
 
 // lazyTx is the pgx.Tx DoTx gives fn, on a connection DoTx holds. Its
 // BEGIN goes with fn's first Exec, Query, QueryRow or SendBatch, in one

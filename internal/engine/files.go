@@ -139,8 +139,8 @@ func applyFrames(db *badger.DB, frames [][]wal.Entry) error {
 
 // removeEmptyLogs deletes zero-byte value-log and memtable files. A process
 // killed while Badger opens can leave such a file behind, and Badger
-// v4.9.6 then refuses to open the directory once ("Create a new file";
-// upstream issue 2207). An empty file holds no data.
+// v4.9.6 then refuses to open the directory once ("Create a new file",
+// github.com/dgraph-io/badger/issues/2207). An empty file holds no data.
 func removeEmptyLogs(dir string) error {
 	entries, err := badgerLogs(dir)
 	if errors.Is(err, fs.ErrNotExist) {
