@@ -258,3 +258,15 @@ func (c *Client) Close() error {
 	}
 	return s.Close()
 }
+
+// FirstRunAt returns, for a replayed result, when the call whose answer it
+// is began to run (its _meta.idempotentFirstRunAt); ok is false for any
+// other result.
+func FirstRunAt(res *mcp.CallToolResult) (t time.Time, ok bool) {
+	if res == nil {
+		return time.Time{}, false
+	}
+	s, _ := res.Meta[MetaFirstRunAt].(string)
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t, err == nil
+}

@@ -18,10 +18,23 @@ import (
 // Names on the wire.
 const (
 	// MetaKey is the member of params._meta (and, in the SEP-3182 shape,
-	// of params itself) that carries a call's idempotency key.
+	// of params itself) that carries a call's idempotency key. A Guard
+	// also reads MetaKeyDashed and MetaKeyNamespaced, since MCP names no
+	// key and clients send each of the three.
 	MetaKey = "idempotencyKey"
+	// MetaKeyDashed is the reverse-DNS member of params._meta with a
+	// dashed name that some clients send the key in.
+	MetaKeyDashed = "io.modelcontextprotocol/idempotency-key"
+	// MetaKeyNamespaced is the reverse-DNS member of params._meta with a
+	// camel-case name that some clients send the key in.
+	MetaKeyNamespaced = "io.modelcontextprotocol/idempotencyKey"
 	// MetaReplayed is set to true in the _meta of a replayed result.
 	MetaReplayed = "idempotentReplayed"
+	// MetaFirstRunAt is, in the _meta of a replayed result, when the call
+	// whose answer it is began to run: an RFC 3339 time in UTC, with
+	// milliseconds. An agent sees no HTTP headers; this tells it that the
+	// effect happened then, not now.
+	MetaFirstRunAt = "idempotentFirstRunAt"
 	// MetaStatus names, in the _meta of a refusal, why the tool did not run:
 	// one of the Status constants.
 	MetaStatus = "idempotencyStatus"
@@ -95,8 +108,9 @@ type Options struct {
 
 	// KeyArgument names a tool argument that carries the key, for models
 	// that cannot set _meta (declare it in the tool's input schema). It is
-	// read after params._meta.idempotencyKey and the SEP-3182 top-level
-	// params.idempotencyKey, and left out of the fingerprint. Default none.
+	// read after every _meta name (MetaKey, MetaKeyDashed,
+	// MetaKeyNamespaced) and the SEP-3182 top-level params.idempotencyKey,
+	// and left out of the fingerprint. Default none.
 	KeyArgument string
 
 	// AllowMissingKey runs a write tool called without a key unprotected.
@@ -196,7 +210,13 @@ func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolReque
 	if p == nil {
 		p = &mcp.CallToolParamsRaw{Name: tool}
 	}
-	key, keyed := keyOf(p, g.o.KeyArgument)
+	key, keyed, err := keyOf(p, g.o.KeyArgument)
+	if err != nil {
+		// Two keys name two intended effects: which one is meant is the
+		// client's mistake to fix, not a choice the server may make.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: fmt.Sprintf("%s did not run: %v; send one key (the same one under every name)", tool, err)}
+	}
 	if !keyed {
 		if g.o.AllowMissingKey {
 			return next(ctx)
@@ -232,9 +252,12 @@ func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
 	next func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
 	var ran *outcome
 	saved, replayed, err := g.store.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
+		started := g.clock.Now()
 		res, err := next(ctx)
 		ran = &outcome{res: res, err: err}
-		return resultOf(tool, res, err)
+		saved, err := resultOf(tool, res, err)
+		saved.Header = map[string][]string{headerFirstRunAt: {started.UTC().Format(time.RFC3339Nano)}}
+		return saved, err
 	})
 	if ran != nil {
 		// The tool ran: its caller gets its answer only if the outcome was
@@ -248,7 +271,7 @@ func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
 	}
 	var savedErr *idem.SavedError
 	if err == nil && replayed || errors.As(err, &savedErr) {
-		return replay(req.Key, saved)
+		return replay(req.Key, saved, g.firstRunAt(ctx, req, saved))
 	}
 	return g.refuse(tool, req.Key, err), nil
 }
@@ -289,8 +312,29 @@ func textOf(res *mcp.CallToolResult) string {
 	return s
 }
 
-// replay answers with a saved result, marked as replayed.
-func replay(key string, saved idem.Result) (*mcp.CallToolResult, error) {
+// headerFirstRunAt names, in the saved idem.Result's Header, when the
+// call whose answer it is began to run. The answer itself is kept as the
+// tool gave it, so the stamp lives beside it.
+const headerFirstRunAt = "Idem-First-Run-At"
+
+// firstRunAt returns when the call whose answer saved is began to run: the
+// stamp saved with it, or else (an answer a Resolver saved through
+// SavedResult) when its record was first claimed.
+func (g *Guard) firstRunAt(ctx context.Context, req idem.Request, saved idem.Result) time.Time {
+	if v := saved.Header[headerFirstRunAt]; len(v) == 1 {
+		if t, err := time.Parse(time.RFC3339Nano, v[0]); err == nil {
+			return t
+		}
+	}
+	if rec, err := g.store.Get(ctx, req.Scope, req.Key); err == nil && rec != nil {
+		return rec.FirstSeen
+	}
+	return time.Time{}
+}
+
+// replay answers with a saved result, marked as replayed and with the time
+// its call began to run (left out when it is not known).
+func replay(key string, saved idem.Result, firstRun time.Time) (*mcp.CallToolResult, error) {
 	if len(saved.Body) == 0 {
 		// A policy saved a protocol error: it is answered again as one.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
@@ -301,11 +345,14 @@ func replay(key string, saved idem.Result) (*mcp.CallToolResult, error) {
 		return refusal(StatusUnavailable, key, DefaultRetryAfter, fmt.Sprintf(
 			"the saved result of the call with idempotency key %q could not be read; it will not run again", key)), nil
 	}
-	meta := make(mcp.Meta, len(res.Meta)+1)
+	meta := make(mcp.Meta, len(res.Meta)+2)
 	for k, v := range res.Meta {
 		meta[k] = v
 	}
 	meta[MetaReplayed] = true
+	if !firstRun.IsZero() {
+		meta[MetaFirstRunAt] = firstRun.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
 	res.Meta = meta
 	if res.Content == nil {
 		res.Content = []mcp.Content{}

@@ -280,11 +280,16 @@ func TestGuard_KeyArgument(t *testing.T) {
 	if res := call(t, cs, "arg-key", "o-1", 5); !idemmcp.Replayed(res) || r.count() != 1 {
 		t.Fatalf("same key in _meta: replayed=%t runs=%d", idemmcp.Replayed(res), r.count())
 	}
-	// _meta wins over the argument.
+	// The same key in _meta and the argument is one key.
+	res, err := cs.CallTool(context.Background(), idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: args}, "arg-key"))
+	if err != nil || !idemmcp.Replayed(res) || r.count() != 1 {
+		t.Fatalf("the same key in _meta and the argument: %v replayed=%t runs=%d", err, idemmcp.Replayed(res), r.count())
+	}
+	// Another key in the argument than in _meta is invalid params.
 	args["idempotency_key"] = "other"
-	res, _ := cs.CallTool(context.Background(), idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: args}, "arg-key"))
-	if !idemmcp.Replayed(res) || r.count() != 1 {
-		t.Fatalf("_meta key beside another argument key: replayed=%t runs=%d", idemmcp.Replayed(res), r.count())
+	_, err = cs.CallTool(context.Background(), idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: args}, "arg-key"))
+	if err == nil || !strings.Contains(err.Error(), "two different idempotency keys") || r.count() != 1 {
+		t.Fatalf("two keys: %v, runs=%d", err, r.count())
 	}
 }
 

@@ -187,8 +187,8 @@ func (g *Guard) Capabilities(caps *mcp.ServerCapabilities) *mcp.ServerCapabiliti
 	}
 	exp := make(map[string]any, len(cp.Experimental)+1)
 	maps.Copy(exp, cp.Experimental)
-	info := map[string]any{"metaKey": MetaKey, "replayedMetaKey": MetaReplayed, "statusMetaKey": MetaStatus,
-		"retryAfterMetaKey": MetaRetryAfter}
+	info := map[string]any{"metaKey": MetaKey, "metaKeys": append([]string(nil), metaKeys[:]...), "replayedMetaKey": MetaReplayed,
+		"firstRunAtMetaKey": MetaFirstRunAt, "statusMetaKey": MetaStatus, "retryAfterMetaKey": MetaRetryAfter}
 	if g.o.KeyArgument != "" {
 		info["keyArgument"] = g.o.KeyArgument
 	}
