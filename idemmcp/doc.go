@@ -66,6 +66,8 @@
 //	                                call's outcome is the recorded one, and a retry gets it
 //	tool ran, outcome not recorded  tool error, status outcome_not_recorded; a retry is held until
 //	                                recovery decides, never run again
+//	AddTxTool's tool ran, taken     tool error, status taken_over: its transaction rolled back,
+//	over before it committed        nothing of it stands; a retry gets the other call's outcome
 //
 // Refusals are tool errors, not protocol errors, so that a model reads
 // them and can act; their _meta carries idempotencyStatus, the key and,
@@ -84,6 +86,14 @@
 // claim's scope, key and fencing token, for a downstream record such as a
 // ledger line that a Resolver can find after a crash (SavedResult builds
 // the answer a Resolver returns).
+//
+// A tool whose writes live in the store's own database (pgstore) is added
+// with AddTxTool: its handler gets the transaction of idem.DoTx (a
+// pgx.Tx), and what it writes commits with the call's record or not at
+// all, so a call whose server paused past its lease while another took the
+// key over commits nothing, and recovery needs no Resolver for it.
+// idemmcp itself does not import pgx: the transaction's type is the type
+// parameter.
 //
 // Servers advertise: Middleware, AddTool and Guard.AddTool add the
 // experimental server capability "idempotency" to the initialize (and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -72,6 +73,11 @@ const (
 	// the key is marked so. The other call's outcome is the recorded one;
 	// a retry with the key gets it. The tool's own answer is not returned.
 	StatusRanTwice = "ran_twice"
+	// StatusTakenOver: a tool added by AddTxTool stalled past its claim's
+	// lease, another call with the key took over, and the stalled call's
+	// transaction was rolled back: nothing of it was written. A retry with
+	// the key gets the other call's outcome.
+	StatusTakenOver = "taken_over"
 	// StatusUnauthenticated: the call carries no principal to scope it by.
 	StatusUnauthenticated = "unauthenticated"
 )
@@ -135,13 +141,17 @@ type Options struct {
 // A Guard protects write tools: it runs each call once per (scope, key)
 // and answers every repeat with the first call's result. Its methods wrap
 // raw and typed tool handlers or a whole server (Middleware). A Guard is
-// safe for concurrent use and never changes after New.
+// safe for concurrent use; its configuration never changes after New.
 type Guard struct {
 	store      *idem.Store
 	o          Options
 	fp         idem.Fingerprinter
 	clock      idem.Clock
 	retryAfter time.Duration
+	// txTools holds the names of the tools AddTxTool added (keys only):
+	// Middleware leaves their calls to the transactional middleware
+	// AddTxTool added, whichever of the two is outermost.
+	txTools sync.Map
 }
 
 // New returns a Guard keeping its records in store. It panics if store is
@@ -197,7 +207,7 @@ func writeTool(t *mcp.Tool) bool {
 // protect runs one call of a write tool under the contract; next runs the
 // tool. It never panics itself; a panic in next holds the claim for the
 // store's Resolver (releases it without one) and is re-raised.
-func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolRequest,
+func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolRequest, do runner,
 	next func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
 	if ctx.Value(protectedKey{}) != nil {
 		return next(ctx)
@@ -237,7 +247,7 @@ func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolReque
 		return refusal(StatusInvalidKey, key, 0, fmt.Sprintf("%s with idempotency key %q did not run: %s",
 			tool, key, argumentTrouble(err))), nil
 	}
-	return g.run(ctx, tool, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: g.o.Retention}, next)
+	return g.run(ctx, tool, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: g.o.Retention}, do, next)
 }
 
 // outcome is what the tool answered, kept beside Do's result so that the
@@ -247,11 +257,27 @@ type outcome struct {
 	err error
 }
 
+// runner runs a protected call's effect once per key: idem.Store.Do
+// (runDo), or idem.DoTx for a tool added by AddTxTool. tx is true when the
+// effect's writes commit with its record, so that a call that ran but was
+// not recorded wrote nothing.
+type runner struct {
+	do func(ctx context.Context, s *idem.Store, req idem.Request,
+		fn func(context.Context) (idem.Result, error)) (idem.Result, bool, error)
+	tx bool
+}
+
+// runDo runs effects with idem.Store.Do.
+var runDo = runner{do: func(ctx context.Context, s *idem.Store, req idem.Request,
+	fn func(context.Context) (idem.Result, error)) (idem.Result, bool, error) {
+	return s.Do(ctx, req, fn)
+}}
+
 // run claims the key and runs the tool, or replays or refuses.
-func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
+func (g *Guard) run(ctx context.Context, tool string, req idem.Request, do runner,
 	next func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
 	var ran *outcome
-	saved, replayed, err := g.store.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
+	saved, replayed, err := do.do(ctx, g.store, req, func(ctx context.Context) (idem.Result, error) {
 		started := g.clock.Now()
 		res, err := next(ctx)
 		ran = &outcome{res: res, err: err}
@@ -266,6 +292,12 @@ func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
 		// key over) a refusal says what a retry with the key will find.
 		if errors.Is(err, idem.ErrOutcomeNotRecorded) {
 			return g.refuse(tool, req.Key, err), nil
+		}
+		if do.tx && err != nil && ran.err == nil && ran.res != nil && !ran.res.IsError && ran.res.InputRequests == nil {
+			// The tool succeeded, but its transaction did not commit with
+			// the record: nothing it wrote stands, so its answer is not
+			// the call's.
+			return g.rolledBack(tool, req.Key, err), nil
 		}
 		return ran.res, ran.err
 	}
@@ -402,6 +434,19 @@ func (g *Guard) refuse(tool, key string, err error) *mcp.CallToolResult {
 		return refusal(StatusUnavailable, key, DefaultRetryAfter, fmt.Sprintf("%s with idempotency key %q did not "+
 			"run: its idempotency record could not be read or written; retrying with the same key is safe", tool, key))
 	}
+}
+
+// rolledBack answers a call whose transactional effect ran but did not
+// commit: taken over (the claim was recovered while the tool stalled), or
+// the transaction failed.
+func (g *Guard) rolledBack(tool, key string, err error) *mcp.CallToolResult {
+	if errors.Is(err, idem.ErrFenced) {
+		return refusal(StatusTakenOver, key, time.Second, fmt.Sprintf("%s with idempotency key %q stalled past its "+
+			"lease and another call with the key took over; its transaction was rolled back, so nothing of it was "+
+			"written: retry with the same key and arguments to get the other call's outcome", tool, key))
+	}
+	return refusal(StatusUnavailable, key, DefaultRetryAfter, fmt.Sprintf("%s with idempotency key %q ran, but its "+
+		"transaction did not commit, so nothing of it was written; retrying with the same key is safe", tool, key))
 }
 
 // refusal is a tool error with the idempotency status, key and retry hint

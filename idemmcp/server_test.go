@@ -3,6 +3,7 @@ package idemmcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -381,4 +382,19 @@ func TestMiddleware_PanicReleases(t *testing.T) {
 	if err != nil || res.IsError || idemmcp.Replayed(res) || runs != 2 {
 		t.Fatalf("retry after the panic: err=%v replayed=%t runs=%d", err, idemmcp.Replayed(res), runs)
 	}
+}
+
+// TestAddTxTool_NeedsTxBackend: the embedded store runs no effect in a
+// transaction, so adding a transactional tool on it is a programmer error.
+func TestAddTxTool_NeedsTxBackend(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "does not run effects in a") {
+			t.Fatalf("AddTxTool on the embedded store: panic %v", r)
+		}
+	}()
+	s := mcp.NewServer(&mcp.Implementation{Name: "tx", Version: "v0"}, nil)
+	idemmcp.AddTxTool(shared(t, nil), s, refundTool,
+		func(context.Context, struct{}, *mcp.CallToolRequest, refundIn) (*mcp.CallToolResult, refundOut, error) {
+			return nil, refundOut{}, nil
+		})
 }
