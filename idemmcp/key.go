@@ -18,6 +18,12 @@ import (
 // these.
 var metaKeys = [...]string{MetaKey, MetaKeyDashed, MetaKeyNamespaced}
 
+// metaTopLevelKey is where TopLevelKeys puts a top-level
+// params.idempotencyKey that differs from the one in
+// _meta.idempotencyKey: keyOf reads it second, so that such a call is
+// refused for its two keys.
+const metaTopLevelKey = "idemmcp/topLevelIdempotencyKey"
+
 // keyOf finds a call's key: params._meta.idempotencyKey first (where the
 // transport wrappers also put a SEP-3182 top-level key), then
 // _meta["io.modelcontextprotocol/idempotency-key"], then
@@ -42,9 +48,13 @@ func keyOf(p *mcp.CallToolParamsRaw, arg string) (key string, keyed bool, err er
 		}
 		return true
 	}
-	for _, name := range metaKeys {
+	for _, name := range [...]string{MetaKey, metaTopLevelKey, MetaKeyDashed, MetaKeyNamespaced} {
+		where := "_meta." + name
+		if name == metaTopLevelKey {
+			where = "params." + MetaKey
+		}
 		if v, ok := p.Meta[name]; ok && v != nil {
-			if !take("_meta."+name, v) {
+			if !take(where, v) {
 				return key, keyed, err
 			}
 		}
