@@ -89,18 +89,25 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 func newServer(store *idem.Store, booked func()) *mcp.Server {
 	guard := idemmcp.New(store, &idemmcp.Options{SharedScope: true})
 	server := mcp.NewServer(&mcp.Implementation{Name: "mcp-tx-refunds", Version: "v1.0.0"}, nil)
-	idemmcp.AddTxTool(guard, server, &mcp.Tool{Name: "refund_order", Description: "Refund an amount of an order."},
-		func(ctx context.Context, tx pgx.Tx, _ *mcp.CallToolRequest, in RefundArgs) (*mcp.CallToolResult, Refund, error) {
-			r := Refund{OrderID: in.OrderID, AmountCents: in.AmountCents}
-			err := tx.QueryRow(ctx, `INSERT INTO refunds (order_id, amount_cents) VALUES ($1, $2) RETURNING refund_id`,
-				in.OrderID, in.AmountCents).Scan(&r.RefundID)
-			if err != nil {
-				return nil, Refund{}, err
-			}
-			if booked != nil {
-				booked()
-			}
-			return nil, r, nil
-		})
+	idemmcp.AddTxTool(guard, server, refundTool, refund(booked))
 	return server
+}
+
+var refundTool = &mcp.Tool{Name: "refund_order", Description: "Refund an amount of an order."}
+
+// refund is refund_order: it books the refund with the call's transaction,
+// so the row commits with the call's record or not at all.
+func refund(booked func()) idemmcp.TxToolHandler[pgx.Tx, RefundArgs, Refund] {
+	return func(ctx context.Context, tx pgx.Tx, _ *mcp.CallToolRequest, in RefundArgs) (*mcp.CallToolResult, Refund, error) {
+		r := Refund{OrderID: in.OrderID, AmountCents: in.AmountCents}
+		err := tx.QueryRow(ctx, `INSERT INTO refunds (order_id, amount_cents) VALUES ($1, $2) RETURNING refund_id`,
+			in.OrderID, in.AmountCents).Scan(&r.RefundID)
+		if err != nil {
+			return nil, Refund{}, err
+		}
+		if booked != nil {
+			booked()
+		}
+		return nil, r, nil
+	}
 }

@@ -128,19 +128,33 @@ func TestAddTxTool_PausedHolderCannotCommit(t *testing.T) {
 }
 
 // TestAddTxTool_OnceAndReplayed is the plain path: one refund row per
-// key, and the repeat replays it.
+// key, and the repeat replays it; also on servers where the Guard's
+// Middleware protects every write tool, inside or outside AddTxTool's.
 func TestAddTxTool_OnceAndReplayed(t *testing.T) {
 	pool := database(t)
-	cs := session(t, newServer(instance(t, pool, idem.SystemClock()), nil))
-	for i := range 2 {
-		res, err := cs.CallTool(context.Background(), refundCall())
-		if err != nil || res.IsError || idemmcp.Replayed(res) != (i == 1) {
-			t.Fatalf("call %d: %v %+v", i, err, res)
+	store := instance(t, pool, idem.SystemClock())
+	guard := idemmcp.New(store, &idemmcp.Options{SharedScope: true})
+	inner := mcp.NewServer(&mcp.Implementation{Name: "inner", Version: "v0"}, nil)
+	inner.AddReceivingMiddleware(guard.Middleware())
+	idemmcp.AddTxTool(guard, inner, refundTool, refund(nil))
+	outer := mcp.NewServer(&mcp.Implementation{Name: "outer", Version: "v0"}, nil)
+	idemmcp.AddTxTool(guard, outer, refundTool, refund(nil))
+	outer.AddReceivingMiddleware(guard.Middleware())
+	servers := map[string]*mcp.Server{"plain": newServer(store, nil), "inner": inner, "outer": outer}
+	for name, server := range servers {
+		cs := session(t, server)
+		for i := range 2 {
+			params := refundCall()
+			params.Meta[idemmcp.MetaKey] = "refund:" + name
+			res, err := cs.CallTool(context.Background(), params)
+			if err != nil || res.IsError || idemmcp.Replayed(res) != (i == 1) {
+				t.Fatalf("%s, call %d: %v %+v", name, i, err, res)
+			}
 		}
 	}
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM refunds`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("%d refund rows (%v), want 1", n, err)
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM refunds`).Scan(&n); err != nil || n != len(servers) {
+		t.Fatalf("%d refund rows (%v), want one per key, %d", n, err, len(servers))
 	}
 }
 
