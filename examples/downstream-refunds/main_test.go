@@ -84,20 +84,32 @@ func toolServer(t *testing.T, dir, payments, block string) (*mcp.ClientSession, 
 }
 
 // countingAPI is the payment API, counting the refund requests per
-// Idempotency-Key it was sent.
+// Idempotency-Key it was sent. If paid is set, the first refund is made
+// but not answered: paid is closed, and the answer waits until the
+// caller is gone.
 type countingAPI struct {
 	*Payments
 	mu   sync.Mutex // guards sent
 	sent map[string]int
+	paid chan struct{}
 }
 
 func (c *countingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost {
-		c.mu.Lock()
-		c.sent[r.Header.Get(idemhttp.HeaderKey)]++
-		c.mu.Unlock()
+	if r.Method != http.MethodPost {
+		c.Payments.ServeHTTP(w, r)
+		return
 	}
-	c.Payments.ServeHTTP(w, r)
+	c.mu.Lock()
+	c.sent[r.Header.Get(idemhttp.HeaderKey)]++
+	first := len(c.sent) == 1 && c.sent[r.Header.Get(idemhttp.HeaderKey)] == 1
+	c.mu.Unlock()
+	if c.paid == nil || !first {
+		c.Payments.ServeHTTP(w, r)
+		return
+	}
+	c.Payments.ServeHTTP(httptest.NewRecorder(), r) // the refund is made
+	close(c.paid)
+	<-r.Context().Done() // the tool server died waiting for the answer
 }
 
 func refundCall(key string) *mcp.CallToolParams {
@@ -107,12 +119,13 @@ func refundCall(key string) *mcp.CallToolParams {
 
 // TestCrash_SIGKILLAroundThePayment kills the tool server with SIGKILL
 // while refund_order runs, before or after the payment API made the
-// refund, and before the outcome was recorded. A new tool server process
+// refund or while its answer is on the way, and before the outcome was
+// recorded. A new tool server process
 // gets the retry: its Resolver answers "not committed", the refund runs
 // again with the same downstream key, and the payment API records one
 // refund however the crash fell.
 func TestCrash_SIGKILLAroundThePayment(t *testing.T) {
-	for _, stage := range []string{"before-payment", "after-payment"} {
+	for _, stage := range []string{"before-payment", "during-payment", "after-payment"} {
 		t.Run(stage, func(t *testing.T) {
 			dir := t.TempDir()
 			p, err := OpenPayments(filepath.Join(dir, "payments.jsonl"))
@@ -125,14 +138,22 @@ func TestCrash_SIGKILLAroundThePayment(t *testing.T) {
 			defer srv.Close()
 			store := filepath.Join(dir, "tool")
 
-			cs, victim, watch := toolServer(t, store, srv.URL, stage)
+			block, reached := stage, make(<-chan struct{})
+			if stage == "during-payment" {
+				api.paid = make(chan struct{})
+				block, reached = "", api.paid
+			}
+			cs, victim, watch := toolServer(t, store, srv.URL, block)
+			if block != "" {
+				reached = watch.reached
+			}
 			failed := make(chan error, 1)
 			go func() {
 				_, err := cs.CallTool(context.Background(), refundCall("refund:o-7"))
 				failed <- err
 			}()
 			select {
-			case <-watch.reached:
+			case <-reached:
 			case <-time.After(time.Minute):
 				t.Fatalf("the tool server never reached %s", stage)
 			}
@@ -164,7 +185,7 @@ func TestCrash_SIGKILLAroundThePayment(t *testing.T) {
 				t.Fatalf("the payment API recorded %d refunds, want 1: %+v", len(list), list)
 			}
 			want := map[string]int{got.DownstreamKey: 1}
-			if stage == "after-payment" {
+			if stage != "before-payment" {
 				want[got.DownstreamKey] = 2 // the second request was deduplicated
 			}
 			api.mu.Lock()
