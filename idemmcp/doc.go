@@ -101,8 +101,8 @@
 // the end of its description and an "idempotency" member in its _meta.
 //
 // The Client retries a call on transport failures (it connects a new
-// session through Client.Connect) and on in_progress and unavailable
-// answers, with the same key and arguments, bounded by MaxAttempts and
+// session through Client.Connect) and on in_progress, unavailable,
+// ran_twice and taken_over answers, with the same key and arguments, bounded by MaxAttempts and
 // MaxElapsed like idemhttp's Transport; it returns every other answer, and
 // a *RetryError when it gives up.
 //
