@@ -90,9 +90,9 @@ var (
 	// backups with WAL archiving), which see its tables as they commit.
 	ErrNoBackup = errors.New("idem: the backend does not back itself up")
 
-	// ErrNoClaim is returned by ExecFenced when ctx carries no claim: it runs
-	// only inside an effect that Do runs.
-	ErrNoClaim = errors.New("idem: no claim in the context (ExecFenced runs inside Do's effect)")
+	// ErrNoClaim is returned by ExecFenced and DownstreamKey when ctx
+	// carries no claim: they run only inside an effect that Do or DoTx runs.
+	ErrNoClaim = errors.New("idem: no claim in the context (ExecFenced and DownstreamKey run inside an effect)")
 
 	// ErrInvalidOptions is returned by Options.Validate and Open when options
 	// make no sense together. The concrete errors are *OptionsError values,

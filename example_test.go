@@ -227,3 +227,28 @@ func ExampleClaimFromContext() {
 	})
 	// Output: token 1 key k
 }
+
+func ExampleDownstreamKey() {
+	mem, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := idem.New(mem, &idem.Options{})
+	defer store.Close()
+	req := idem.Request{Scope: "refunds", Key: "refund:order-123"}
+	_, _, _ = store.Do(context.Background(), req, func(ctx context.Context) (idem.Result, error) {
+		// The payment API deduplicates by its own Idempotency-Key: send one
+		// that every attempt of this claim derives alike.
+		key, err := idem.DownstreamKey(ctx, "payments")
+		if err != nil {
+			return idem.Result{}, err
+		}
+		fmt.Println("Idempotency-Key:", key)
+		return idem.Result{Status: 200}, nil
+	})
+	_, err = idem.DownstreamKey(context.Background(), "payments")
+	fmt.Println(errors.Is(err, idem.ErrNoClaim))
+	// Output:
+	// Idempotency-Key: 2b59d81c-e3ee-55fe-9db8-06d2e4ae441c
+	// true
+}

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -39,6 +41,31 @@ func (d KeyDeriver) Step(runID string, step int, tool string) string {
 // still happens once.
 func (d KeyDeriver) Effect(runID, object string) string {
 	return uuid.NewSHA1(d.namespace(), lengthPrefixed("effect", runID, object)).String()
+}
+
+// DownstreamKey returns an idempotency key for a call that the effect
+// running with ctx makes to another service, such as a payment API that
+// deduplicates by an Idempotency-Key of its own. The key is a UUIDv5 of
+// the claim's scope and key and of name, which tells the effect's
+// downstream calls apart ("payments", "email"): the same in every attempt
+// of the claim, the one that runs after recovery decided "not committed"
+// included (it does not depend on the fencing token), and different for
+// every name and every (scope, key). So when the effect runs again after
+// its first attempt may have reached the downstream, the downstream
+// answers the second call with the first one's result instead of acting
+// twice, as long as it keeps its keys longer than recovery can take.
+//
+// The key is 36 printable ASCII characters. Two applications whose stores
+// use the same scopes and keys against one downstream account derive the
+// same keys: put something of your own into name to keep them apart.
+// DownstreamKey returns an error wrapping ErrNoClaim when ctx is not the
+// context of an effect run by Do or DoTx (or derived from it).
+func DownstreamKey(ctx context.Context, name string) (string, error) {
+	c, ok := ClaimFromContext(ctx)
+	if !ok {
+		return "", fmt.Errorf("%w: DownstreamKey(%q) outside an effect", ErrNoClaim, name)
+	}
+	return uuid.NewSHA1(uuid.MustParse(DefaultKeyNamespace), lengthPrefixed("downstream", c.Scope(), c.Key(), name)).String(), nil
 }
 
 // lengthPrefixed joins parts so that no two different lists give the same

@@ -116,6 +116,13 @@
 // keep-alive connection fails before any response, so a server may see
 // more requests than attempts.
 //
+// Inside an effect, DownstreamKeys sets on the requests the effect sends
+// to other APIs an Idempotency-Key derived from the claim
+// (idem.DownstreamKey): the same in every attempt, the one that runs after
+// recovery included, so an API that deduplicates by it acts once. SetFence
+// sends the claim's own key and fencing token instead, for a downstream
+// that keeps the highest token it saw.
+//
 // # Caveats
 //
 //   - The request body is read whole into memory (bounded by MaxBodyBytes)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -455,5 +456,71 @@ func TestTransport_CountsResendsOfNetHTTP(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "1 attempt (2 requests sent)") {
 		t.Fatalf("message %q does not say how many requests were sent", msg)
+	}
+}
+
+// keyEcho records the Idempotency-Key of every request it serves.
+type keyEcho struct {
+	mu   sync.Mutex // guards keys
+	keys []string
+}
+
+func (e *keyEcho) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	e.keys = append(e.keys, r.Header.Get(idemhttp.HeaderKey))
+	e.mu.Unlock()
+}
+
+func (e *keyEcho) last() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.keys[len(e.keys)-1]
+}
+
+func TestDownstreamKeys_InsideAnEffect(t *testing.T) {
+	echo := &keyEcho{}
+	srv := newServer(t, echo)
+	s := newStore(t, nil)
+	client := &http.Client{Transport: idemhttp.DownstreamKeys{}}
+	named := &http.Client{Transport: idemhttp.DownstreamKeys{Name: "payments"}}
+	post := func(ctx context.Context, c *http.Client, path, key string) string {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			req.Header.Set(idemhttp.HeaderKey, key)
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		if req.Header.Get(idemhttp.HeaderKey) != key {
+			t.Fatalf("the caller's request was modified: %v", req.Header)
+		}
+		return echo.last()
+	}
+	_, _, err := s.Do(context.Background(), idem.Request{Scope: "s", Key: "k"}, func(ctx context.Context) (idem.Result, error) {
+		want, _ := idem.DownstreamKey(ctx, "POST /v1/refunds")
+		if got := post(ctx, client, "/v1/refunds?x=1", ""); got != want {
+			t.Errorf("default name: key %q, want DownstreamKey(ctx, \"POST /v1/refunds\") = %q", got, want)
+		}
+		want, _ = idem.DownstreamKey(ctx, "payments")
+		if got := post(ctx, named, "/v1/refunds", ""); got != want {
+			t.Errorf("Name payments: key %q, want %q", got, want)
+		}
+		if got := post(ctx, client, "/v1/refunds", "chosen"); got != "chosen" {
+			t.Errorf("a request with its own key was sent with %q", got)
+		}
+		return idem.Result{Status: 200}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Outside an effect the request goes as it is.
+	if got := post(context.Background(), client, "/v1/refunds", ""); got != "" {
+		t.Fatalf("a request outside an effect was sent with key %q", got)
 	}
 }

@@ -26,7 +26,8 @@ const (
 // call, in params._meta.idempotencyKey, and retries with the same key and
 // arguments when an attempt fails on the transport (a dropped connection,
 // a server that died, an attempt timeout) or is answered "in progress",
-// "unavailable" or "ran twice" (the retry gets the recorded outcome), with exponential backoff and full jitter or the server's
+// "unavailable", "ran twice" or "taken over" (the retry gets the recorded
+// outcome), with exponential backoff and full jitter or the server's
 // retryAfterSeconds, until MaxAttempts or MaxElapsed. Other answers, tool
 // errors and protocol errors included, are returned as they are.
 //
@@ -133,7 +134,8 @@ func (c *Client) CallTool(ctx context.Context, p *mcp.CallToolParams, key string
 		res, err := c.attempt(ctx, p)
 		var wait time.Duration
 		switch status := Status(res); {
-		case err == nil && status != StatusInProgress && status != StatusUnavailable && status != StatusRanTwice:
+		case err == nil && status != StatusInProgress && status != StatusUnavailable && status != StatusRanTwice &&
+			status != StatusTakenOver:
 			return res, nil
 		case err == nil:
 			giveUp.Err, giveUp.Status = nil, status
@@ -257,4 +259,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	return s.Close()
+}
+
+// FirstRunAt returns, for a replayed result, when the call whose answer it
+// is began to run (its _meta.idempotentFirstRunAt); ok is false for any
+// other result.
+func FirstRunAt(res *mcp.CallToolResult) (t time.Time, ok bool) {
+	if res == nil {
+		return time.Time{}, false
+	}
+	s, _ := res.Meta[MetaFirstRunAt].(string)
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t, err == nil
 }

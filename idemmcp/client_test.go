@@ -229,3 +229,23 @@ func (c topLevelConn) Write(ctx context.Context, m jsonrpc.Message) error {
 	}
 	return c.Connection.Write(ctx, m)
 }
+
+// TestClient_RetriesTakenOver: a transactional call that was taken over
+// rolled back; the retry gets the other call's outcome.
+func TestClient_RetriesTakenOver(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "taken-over", Version: "v0"}, nil)
+	var calls atomic.Int32
+	s.AddTool(&mcp.Tool{Name: "refund_order", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if calls.Add(1) == 1 {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "taken over"}},
+					Meta: mcp.Meta{idemmcp.MetaStatus: idemmcp.StatusTakenOver, idemmcp.MetaRetryAfter: 1}}, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "refunded"}}}, nil
+		})
+	c := &idemmcp.Client{Session: connect(t, s, ""), Clock: newStepClock()}
+	res, err := c.CallTool(context.Background(), &mcp.CallToolParams{Name: "refund_order"}, "k")
+	if err != nil || res.IsError || calls.Load() != 2 {
+		t.Fatalf("err=%v res=%+v calls=%d", err, res, calls.Load())
+	}
+}

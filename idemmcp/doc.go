@@ -21,12 +21,17 @@
 //
 // # Semantics
 //
-// The key is read from params._meta.idempotencyKey; then from a top-level
-// params.idempotencyKey (the SEP-3182 shape, once TopLevelKeys or
-// TopLevelKeysHTTP moved it, since the SDK drops unknown members of
-// params); then, if Options.KeyArgument names one, from that tool
-// argument, which is left out of the fingerprint. Keys are 1 to 255
-// printable ASCII characters, as everywhere in idem.
+// MCP names no idempotency key, and clients send it under several names.
+// A Guard reads, in this order: params._meta.idempotencyKey (where
+// TopLevelKeys and TopLevelKeysHTTP also move a top-level
+// params.idempotencyKey, the SEP-3182 shape, since the SDK drops unknown
+// members of params); params._meta["io.modelcontextprotocol/idempotency-key"];
+// params._meta["io.modelcontextprotocol/idempotencyKey"]; then, if
+// Options.KeyArgument names one, that tool argument, which is left out of
+// the fingerprint. The same key under several names is one key; two
+// different keys in one call are a JSON-RPC invalid-params error (-32602)
+// and nothing runs. Keys are 1 to 255 printable ASCII characters, as
+// everywhere in idem.
 //
 // The scope is the tool name joined with: the server's Options.Scope, if
 // set; else the stable identity of the authenticated principal (the auth
@@ -48,7 +53,8 @@
 //	no principal to scope it by     tool error, status unauthenticated; nothing runs
 //	first call for (scope, key)     the tool runs; its answer is kept as the store's Policy says
 //	repeat, first one done          the saved CallToolResult (content, structuredContent, isError),
-//	                                _meta.idempotentReplayed: true
+//	                                _meta.idempotentReplayed: true, _meta.idempotentFirstRunAt
+//	two different keys in one call  JSON-RPC error -32602 (invalid params); nothing runs
 //	repeat, first one running       tool error, status in_progress, _meta.retryAfterSeconds
 //	repeat with other arguments     tool error, status mismatch, naming the key; nothing runs
 //	earlier attempt's outcome unknown   tool error, status outcome_unknown: an operator is resolving it
@@ -60,6 +66,8 @@
 //	                                call's outcome is the recorded one, and a retry gets it
 //	tool ran, outcome not recorded  tool error, status outcome_not_recorded; a retry is held until
 //	                                recovery decides, never run again
+//	AddTxTool's tool ran, taken     tool error, status taken_over: its transaction rolled back,
+//	over before it committed        nothing of it stands; a retry gets the other call's outcome
 //
 // Refusals are tool errors, not protocol errors, so that a model reads
 // them and can act; their _meta carries idempotencyStatus, the key and,
@@ -79,16 +87,38 @@
 // ledger line that a Resolver can find after a crash (SavedResult builds
 // the answer a Resolver returns).
 //
+// A tool whose writes live in the store's own database (pgstore) is added
+// with AddTxTool: its handler gets the transaction of idem.DoTx (a
+// pgx.Tx), and what it writes commits with the call's record or not at
+// all, so a call whose server paused past its lease while another took the
+// key over commits nothing, and recovery needs no Resolver for it.
+// idemmcp itself does not import pgx: the transaction's type is the type
+// parameter.
+//
 // Servers advertise: Middleware, AddTool and Guard.AddTool add the
 // experimental server capability "idempotency" to the initialize (and
 // server/discover) answer, and to each protected tool's listing a line at
 // the end of its description and an "idempotency" member in its _meta.
 //
 // The Client retries a call on transport failures (it connects a new
-// session through Client.Connect) and on in_progress and unavailable
-// answers, with the same key and arguments, bounded by MaxAttempts and
+// session through Client.Connect) and on in_progress, unavailable,
+// ran_twice and taken_over answers, with the same key and arguments, bounded by MaxAttempts and
 // MaxElapsed like idemhttp's Transport; it returns every other answer, and
 // a *RetryError when it gives up.
+//
+// # For client authors
+//
+// A replay says so inside the result, since an agent sees no HTTP headers:
+// its _meta carries idempotentReplayed: true and idempotentFirstRunAt, the
+// time (RFC 3339, UTC, milliseconds, such as "2026-12-03T19:30:00.123Z")
+// the call whose answer it is began to run: the effect happened then, not
+// now. Its content, structuredContent and isError are the first answer's,
+// byte for byte; other members of the first answer's _meta are kept. A first
+// answer carries neither member. Replayed and FirstRunAt read them.
+//
+// Clients send the key under any of the names above (in Go, Client and
+// WithKey use idempotencyKey); the server advertises which in its
+// experimental "idempotency" capability.
 //
 // # Caveats
 //

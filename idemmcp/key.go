@@ -7,36 +7,76 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/idemkit/idem/backend"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// metaKeys are the members of params._meta that carry a call's key, in
+// the order keyOf reads them. MCP names no key: clients in use send one of
+// these.
+var metaKeys = [...]string{MetaKey, MetaKeyDashed, MetaKeyNamespaced}
+
+// metaTopLevelKey is where TopLevelKeys puts a top-level
+// params.idempotencyKey that differs from the one in
+// _meta.idempotencyKey: keyOf reads it second, so that such a call is
+// refused for its two keys.
+const metaTopLevelKey = "idemmcp/topLevelIdempotencyKey"
+
 // keyOf finds a call's key: params._meta.idempotencyKey first (where the
-// transport wrappers also put a SEP-3182 top-level key), then the argument
-// named arg. keyed is false when the call sends none; a key of the wrong
-// JSON type comes back as "" with keyed true, and is refused as invalid.
-func keyOf(p *mcp.CallToolParamsRaw, arg string) (key string, keyed bool) {
-	if v, ok := p.Meta[MetaKey]; ok && v != nil {
-		s, _ := v.(string)
-		return s, true
+// transport wrappers also put a SEP-3182 top-level key), then
+// _meta["io.modelcontextprotocol/idempotency-key"], then
+// _meta["io.modelcontextprotocol/idempotencyKey"], then the argument named
+// arg. keyed is false when the call sends none; a key of the wrong JSON
+// type comes back as "" with keyed true, and is refused as invalid. A call
+// that sends two different keys gets an error naming where both came
+// from; the same key under several names is one key.
+func keyOf(p *mcp.CallToolParamsRaw, arg string) (key string, keyed bool, err error) {
+	var from string
+	take := func(name string, v any) bool {
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			key, keyed = "", true
+			return false // a malformed key: refused as invalid
+		case !keyed:
+			key, keyed, from = s, true, name
+		case s != key:
+			err = fmt.Errorf("the call sends two different idempotency keys, in %s and in %s", from, name)
+			return false
+		}
+		return true
+	}
+	for _, name := range [...]string{MetaKey, metaTopLevelKey, MetaKeyDashed, MetaKeyNamespaced} {
+		where := "_meta." + name
+		if name == metaTopLevelKey {
+			where = "params." + MetaKey
+		}
+		if v, ok := p.Meta[name]; ok && v != nil {
+			if !take(where, v) {
+				return key, keyed, err
+			}
+		}
 	}
 	if arg == "" || len(p.Arguments) == 0 {
-		return "", false
+		return key, keyed, nil
 	}
 	var args map[string]json.RawMessage
 	if json.Unmarshal(p.Arguments, &args) != nil {
-		return "", false
+		return key, keyed, nil
 	}
 	raw, ok := args[arg]
 	if !ok || bytes.Equal(raw, []byte("null")) {
-		return "", false
+		return key, keyed, nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", true
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		take("argument "+strconv.Quote(arg), v)
+	} else {
+		key, keyed = "", true
 	}
-	return s, true
+	return key, keyed, err
 }
 
 // fingerprint digests the tool name and the arguments in idem's canonical

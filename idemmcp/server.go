@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -18,10 +19,23 @@ import (
 // Names on the wire.
 const (
 	// MetaKey is the member of params._meta (and, in the SEP-3182 shape,
-	// of params itself) that carries a call's idempotency key.
+	// of params itself) that carries a call's idempotency key. A Guard
+	// also reads MetaKeyDashed and MetaKeyNamespaced, since MCP names no
+	// key and clients send each of the three.
 	MetaKey = "idempotencyKey"
+	// MetaKeyDashed is the reverse-DNS member of params._meta with a
+	// dashed name that some clients send the key in.
+	MetaKeyDashed = "io.modelcontextprotocol/idempotency-key"
+	// MetaKeyNamespaced is the reverse-DNS member of params._meta with a
+	// camel-case name that some clients send the key in.
+	MetaKeyNamespaced = "io.modelcontextprotocol/idempotencyKey"
 	// MetaReplayed is set to true in the _meta of a replayed result.
 	MetaReplayed = "idempotentReplayed"
+	// MetaFirstRunAt is, in the _meta of a replayed result, when the call
+	// whose answer it is began to run: an RFC 3339 time in UTC, with
+	// milliseconds. An agent sees no HTTP headers; this tells it that the
+	// effect happened then, not now.
+	MetaFirstRunAt = "idempotentFirstRunAt"
 	// MetaStatus names, in the _meta of a refusal, why the tool did not run:
 	// one of the Status constants.
 	MetaStatus = "idempotencyStatus"
@@ -59,6 +73,11 @@ const (
 	// the key is marked so. The other call's outcome is the recorded one;
 	// a retry with the key gets it. The tool's own answer is not returned.
 	StatusRanTwice = "ran_twice"
+	// StatusTakenOver: a tool added by AddTxTool stalled past its claim's
+	// lease, another call with the key took over, and the stalled call's
+	// transaction was rolled back: nothing of it was written. A retry with
+	// the key gets the other call's outcome.
+	StatusTakenOver = "taken_over"
 	// StatusUnauthenticated: the call carries no principal to scope it by.
 	StatusUnauthenticated = "unauthenticated"
 )
@@ -95,8 +114,9 @@ type Options struct {
 
 	// KeyArgument names a tool argument that carries the key, for models
 	// that cannot set _meta (declare it in the tool's input schema). It is
-	// read after params._meta.idempotencyKey and the SEP-3182 top-level
-	// params.idempotencyKey, and left out of the fingerprint. Default none.
+	// read after every _meta name (MetaKey, MetaKeyDashed,
+	// MetaKeyNamespaced) and the SEP-3182 top-level params.idempotencyKey,
+	// and left out of the fingerprint. Default none.
 	KeyArgument string
 
 	// AllowMissingKey runs a write tool called without a key unprotected.
@@ -121,13 +141,17 @@ type Options struct {
 // A Guard protects write tools: it runs each call once per (scope, key)
 // and answers every repeat with the first call's result. Its methods wrap
 // raw and typed tool handlers or a whole server (Middleware). A Guard is
-// safe for concurrent use and never changes after New.
+// safe for concurrent use; its configuration never changes after New.
 type Guard struct {
 	store      *idem.Store
 	o          Options
 	fp         idem.Fingerprinter
 	clock      idem.Clock
 	retryAfter time.Duration
+	// txTools holds the names of the tools AddTxTool added (keys only):
+	// Middleware leaves their calls to the transactional middleware
+	// AddTxTool added, whichever of the two is outermost.
+	txTools sync.Map
 }
 
 // New returns a Guard keeping its records in store. It panics if store is
@@ -183,7 +207,7 @@ func writeTool(t *mcp.Tool) bool {
 // protect runs one call of a write tool under the contract; next runs the
 // tool. It never panics itself; a panic in next holds the claim for the
 // store's Resolver (releases it without one) and is re-raised.
-func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolRequest,
+func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolRequest, do runner,
 	next func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
 	if ctx.Value(protectedKey{}) != nil {
 		return next(ctx)
@@ -196,7 +220,13 @@ func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolReque
 	if p == nil {
 		p = &mcp.CallToolParamsRaw{Name: tool}
 	}
-	key, keyed := keyOf(p, g.o.KeyArgument)
+	key, keyed, err := keyOf(p, g.o.KeyArgument)
+	if err != nil {
+		// Two keys name two intended effects: which one is meant is the
+		// client's mistake to fix, not a choice the server may make.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: fmt.Sprintf("%s did not run: %v; send one key (the same one under every name)", tool, err)}
+	}
 	if !keyed {
 		if g.o.AllowMissingKey {
 			return next(ctx)
@@ -217,7 +247,7 @@ func (g *Guard) protect(ctx context.Context, tool string, req *mcp.CallToolReque
 		return refusal(StatusInvalidKey, key, 0, fmt.Sprintf("%s with idempotency key %q did not run: %s",
 			tool, key, argumentTrouble(err))), nil
 	}
-	return g.run(ctx, tool, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: g.o.Retention}, next)
+	return g.run(ctx, tool, idem.Request{Scope: scope, Key: key, Fingerprint: fp, Retention: g.o.Retention}, do, next)
 }
 
 // outcome is what the tool answered, kept beside Do's result so that the
@@ -227,14 +257,33 @@ type outcome struct {
 	err error
 }
 
+// runner runs a protected call's effect once per key: idem.Store.Do
+// (runDo), or idem.DoTx for a tool added by AddTxTool. tx is true when the
+// effect's writes commit with its record, so that a call that ran but was
+// not recorded wrote nothing.
+type runner struct {
+	do func(ctx context.Context, s *idem.Store, req idem.Request,
+		fn func(context.Context) (idem.Result, error)) (idem.Result, bool, error)
+	tx bool
+}
+
+// runDo runs effects with idem.Store.Do.
+var runDo = runner{do: func(ctx context.Context, s *idem.Store, req idem.Request,
+	fn func(context.Context) (idem.Result, error)) (idem.Result, bool, error) {
+	return s.Do(ctx, req, fn)
+}}
+
 // run claims the key and runs the tool, or replays or refuses.
-func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
+func (g *Guard) run(ctx context.Context, tool string, req idem.Request, do runner,
 	next func(context.Context) (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
 	var ran *outcome
-	saved, replayed, err := g.store.Do(ctx, req, func(ctx context.Context) (idem.Result, error) {
+	saved, replayed, err := do.do(ctx, g.store, req, func(ctx context.Context) (idem.Result, error) {
+		started := g.clock.Now()
 		res, err := next(ctx)
 		ran = &outcome{res: res, err: err}
-		return resultOf(tool, res, err)
+		saved, err := resultOf(tool, res, err)
+		saved.Header = map[string][]string{headerFirstRunAt: {started.UTC().Format(time.RFC3339Nano)}}
+		return saved, err
 	})
 	if ran != nil {
 		// The tool ran: its caller gets its answer only if the outcome was
@@ -244,11 +293,17 @@ func (g *Guard) run(ctx context.Context, tool string, req idem.Request,
 		if errors.Is(err, idem.ErrOutcomeNotRecorded) {
 			return g.refuse(tool, req.Key, err), nil
 		}
+		if do.tx && err != nil && ran.err == nil && ran.res != nil && !ran.res.IsError && ran.res.InputRequests == nil {
+			// The tool succeeded, but its transaction did not commit with
+			// the record: nothing it wrote stands, so its answer is not
+			// the call's.
+			return g.rolledBack(tool, req.Key, err), nil
+		}
 		return ran.res, ran.err
 	}
 	var savedErr *idem.SavedError
 	if err == nil && replayed || errors.As(err, &savedErr) {
-		return replay(req.Key, saved)
+		return replay(req.Key, saved, g.firstRunAt(ctx, req, saved))
 	}
 	return g.refuse(tool, req.Key, err), nil
 }
@@ -289,8 +344,29 @@ func textOf(res *mcp.CallToolResult) string {
 	return s
 }
 
-// replay answers with a saved result, marked as replayed.
-func replay(key string, saved idem.Result) (*mcp.CallToolResult, error) {
+// headerFirstRunAt names, in the saved idem.Result's Header, when the
+// call whose answer it is began to run. The answer itself is kept as the
+// tool gave it, so the stamp lives beside it.
+const headerFirstRunAt = "Idem-First-Run-At"
+
+// firstRunAt returns when the call whose answer saved is began to run: the
+// stamp saved with it, or else (an answer a Resolver saved through
+// SavedResult) when its record was first claimed.
+func (g *Guard) firstRunAt(ctx context.Context, req idem.Request, saved idem.Result) time.Time {
+	if v := saved.Header[headerFirstRunAt]; len(v) == 1 {
+		if t, err := time.Parse(time.RFC3339Nano, v[0]); err == nil {
+			return t
+		}
+	}
+	if rec, err := g.store.Get(ctx, req.Scope, req.Key); err == nil && rec != nil {
+		return rec.FirstSeen
+	}
+	return time.Time{}
+}
+
+// replay answers with a saved result, marked as replayed and with the time
+// its call began to run (left out when it is not known).
+func replay(key string, saved idem.Result, firstRun time.Time) (*mcp.CallToolResult, error) {
 	if len(saved.Body) == 0 {
 		// A policy saved a protocol error: it is answered again as one.
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
@@ -301,11 +377,14 @@ func replay(key string, saved idem.Result) (*mcp.CallToolResult, error) {
 		return refusal(StatusUnavailable, key, DefaultRetryAfter, fmt.Sprintf(
 			"the saved result of the call with idempotency key %q could not be read; it will not run again", key)), nil
 	}
-	meta := make(mcp.Meta, len(res.Meta)+1)
+	meta := make(mcp.Meta, len(res.Meta)+2)
 	for k, v := range res.Meta {
 		meta[k] = v
 	}
 	meta[MetaReplayed] = true
+	if !firstRun.IsZero() {
+		meta[MetaFirstRunAt] = firstRun.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
 	res.Meta = meta
 	if res.Content == nil {
 		res.Content = []mcp.Content{}
@@ -355,6 +434,19 @@ func (g *Guard) refuse(tool, key string, err error) *mcp.CallToolResult {
 		return refusal(StatusUnavailable, key, DefaultRetryAfter, fmt.Sprintf("%s with idempotency key %q did not "+
 			"run: its idempotency record could not be read or written; retrying with the same key is safe", tool, key))
 	}
+}
+
+// rolledBack answers a call whose transactional effect ran but did not
+// commit: taken over (the claim was recovered while the tool stalled), or
+// the transaction failed.
+func (g *Guard) rolledBack(tool, key string, err error) *mcp.CallToolResult {
+	if errors.Is(err, idem.ErrFenced) {
+		return refusal(StatusTakenOver, key, time.Second, fmt.Sprintf("%s with idempotency key %q stalled past its "+
+			"lease and another call with the key took over; its transaction was rolled back, so nothing of it was "+
+			"written: retry with the same key and arguments to get the other call's outcome", tool, key))
+	}
+	return refusal(StatusUnavailable, key, DefaultRetryAfter, fmt.Sprintf("%s with idempotency key %q ran, but its "+
+		"transaction did not commit, so nothing of it was written; retrying with the same key is safe", tool, key))
 }
 
 // refusal is a tool error with the idempotency status, key and retry hint

@@ -3,6 +3,7 @@ package idemmcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -280,11 +281,16 @@ func TestGuard_KeyArgument(t *testing.T) {
 	if res := call(t, cs, "arg-key", "o-1", 5); !idemmcp.Replayed(res) || r.count() != 1 {
 		t.Fatalf("same key in _meta: replayed=%t runs=%d", idemmcp.Replayed(res), r.count())
 	}
-	// _meta wins over the argument.
+	// The same key in _meta and the argument is one key.
+	res, err := cs.CallTool(context.Background(), idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: args}, "arg-key"))
+	if err != nil || !idemmcp.Replayed(res) || r.count() != 1 {
+		t.Fatalf("the same key in _meta and the argument: %v replayed=%t runs=%d", err, idemmcp.Replayed(res), r.count())
+	}
+	// Another key in the argument than in _meta is invalid params.
 	args["idempotency_key"] = "other"
-	res, _ := cs.CallTool(context.Background(), idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: args}, "arg-key"))
-	if !idemmcp.Replayed(res) || r.count() != 1 {
-		t.Fatalf("_meta key beside another argument key: replayed=%t runs=%d", idemmcp.Replayed(res), r.count())
+	_, err = cs.CallTool(context.Background(), idemmcp.WithKey(&mcp.CallToolParams{Name: "refund_order", Arguments: args}, "arg-key"))
+	if err == nil || !strings.Contains(err.Error(), "two different idempotency keys") || r.count() != 1 {
+		t.Fatalf("two keys: %v, runs=%d", err, r.count())
 	}
 }
 
@@ -376,4 +382,19 @@ func TestMiddleware_PanicReleases(t *testing.T) {
 	if err != nil || res.IsError || idemmcp.Replayed(res) || runs != 2 {
 		t.Fatalf("retry after the panic: err=%v replayed=%t runs=%d", err, idemmcp.Replayed(res), runs)
 	}
+}
+
+// TestAddTxTool_NeedsTxBackend: the embedded store runs no effect in a
+// transaction, so adding a transactional tool on it is a programmer error.
+func TestAddTxTool_NeedsTxBackend(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "does not run effects in a") {
+			t.Fatalf("AddTxTool on the embedded store: panic %v", r)
+		}
+	}()
+	s := mcp.NewServer(&mcp.Implementation{Name: "tx", Version: "v0"}, nil)
+	idemmcp.AddTxTool(shared(t, nil), s, refundTool,
+		func(context.Context, struct{}, *mcp.CallToolRequest, refundIn) (*mcp.CallToolResult, refundOut, error) {
+			return nil, refundOut{}, nil
+		})
 }

@@ -19,8 +19,9 @@ const maxLiftBytes = 4 << 20
 // pipes) so that a tools/call sending its key in the SEP-3182 shape, as
 // params.idempotencyKey, is read as if it were params._meta.idempotencyKey.
 // The SDK drops unknown members of params before any handler or middleware
-// sees them, so the key must be moved on the way in. A key already in
-// _meta wins.
+// sees them, so the key must be moved on the way in. The same key in _meta
+// is one key; another key there makes the call an invalid-params error, as
+// two different keys under any two names do.
 func TopLevelKeys(t mcp.Transport) mcp.Transport { return liftTransport{t} }
 
 type liftTransport struct{ t mcp.Transport }
@@ -115,8 +116,10 @@ func liftMessage(msg []byte) []byte {
 	return out
 }
 
-// liftParams moves params.idempotencyKey into params._meta, unless _meta
-// has a key already. Params that are not an object come back unchanged.
+// liftParams moves params.idempotencyKey into params._meta. When _meta
+// has another key already, the top-level one goes under metaTopLevelKey,
+// so that keyOf refuses the call for its two keys rather than pick one.
+// Params that are not an object come back unchanged.
 func liftParams(raw json.RawMessage) json.RawMessage {
 	var p map[string]json.RawMessage
 	if json.Unmarshal(raw, &p) != nil {
@@ -131,8 +134,11 @@ func liftParams(raw json.RawMessage) json.RawMessage {
 	if m, ok := p["_meta"]; ok && json.Unmarshal(m, &meta) != nil {
 		return raw
 	}
-	if _, ok := meta[MetaKey]; !ok {
+	switch had, ok := meta[MetaKey]; {
+	case !ok:
 		meta[MetaKey] = key
+	case !sameJSONString(had, key):
+		meta[metaTopLevelKey] = key
 	}
 	mb, err := json.Marshal(meta)
 	if err != nil {
@@ -144,4 +150,11 @@ func liftParams(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return out
+}
+
+// sameJSONString reports whether two JSON values are the same string
+// (escape forms aside).
+func sameJSONString(a, b json.RawMessage) bool {
+	var x, y string
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && x == y
 }

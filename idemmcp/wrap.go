@@ -19,7 +19,7 @@ func (g *Guard) Handler(t *mcp.Tool, h mcp.ToolHandler) mcp.ToolHandler {
 	}
 	name := t.Name
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return g.protect(ctx, name, req, func(ctx context.Context) (*mcp.CallToolResult, error) {
+		return g.protect(ctx, name, req, runDo, func(ctx context.Context) (*mcp.CallToolResult, error) {
 			return h(ctx, req)
 		})
 	}
@@ -31,7 +31,7 @@ func (g *Guard) Handler(t *mcp.Tool, h mcp.ToolHandler) mcp.ToolHandler {
 func (g *Guard) AddTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) {
 	s.AddTool(t, h)
 	if writeTool(t) {
-		s.AddReceivingMiddleware(g.middleware(t))
+		s.AddReceivingMiddleware(g.middleware(t, runDo))
 	}
 }
 
@@ -44,7 +44,7 @@ func AddTool[In, Out any](g *Guard, s *mcp.Server, t *mcp.Tool, h mcp.ToolHandle
 	if writeTool(t) {
 		// The SDK's typed handler builds the result the client sees; the
 		// middleware protects it whole, structured content included.
-		s.AddReceivingMiddleware(g.middleware(t))
+		s.AddReceivingMiddleware(g.middleware(t, runDo))
 	}
 }
 
@@ -55,12 +55,12 @@ func AddTool[In, Out any](g *Guard, s *mcp.Server, t *mcp.Tool, h mcp.ToolHandle
 // call. It also advertises: the experimental capability in the initialize
 // answer, and a line in each protected tool's description and _meta.
 func (g *Guard) Middleware() mcp.Middleware {
-	return g.middleware(nil)
+	return g.middleware(nil, runDo)
 }
 
 // middleware protects only the tool only, or every write tool when only is
-// nil.
-func (g *Guard) middleware(only *mcp.Tool) mcp.Middleware {
+// nil, running its effects with do.
+func (g *Guard) middleware(only *mcp.Tool, do runner) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
@@ -92,7 +92,7 @@ func (g *Guard) middleware(only *mcp.Tool) mcp.Middleware {
 				if !ok || creq.Params == nil || !g.protects(ctx, next, creq, only) {
 					return next(ctx, method, req)
 				}
-				res, err := g.protect(ctx, creq.Params.Name, creq, func(ctx context.Context) (*mcp.CallToolResult, error) {
+				res, err := g.protect(ctx, creq.Params.Name, creq, do, func(ctx context.Context) (*mcp.CallToolResult, error) {
 					r, err := next(ctx, method, req)
 					res, _ := r.(*mcp.CallToolResult)
 					return res, err
@@ -112,6 +112,9 @@ func (g *Guard) protects(ctx context.Context, next mcp.MethodHandler, req *mcp.C
 	name := req.Params.Name
 	if only != nil {
 		return name == only.Name
+	}
+	if _, tx := g.txTools.Load(name); tx {
+		return false // its own middleware runs it in a transaction
 	}
 	var cursor string
 	for {
@@ -187,8 +190,8 @@ func (g *Guard) Capabilities(caps *mcp.ServerCapabilities) *mcp.ServerCapabiliti
 	}
 	exp := make(map[string]any, len(cp.Experimental)+1)
 	maps.Copy(exp, cp.Experimental)
-	info := map[string]any{"metaKey": MetaKey, "replayedMetaKey": MetaReplayed, "statusMetaKey": MetaStatus,
-		"retryAfterMetaKey": MetaRetryAfter}
+	info := map[string]any{"metaKey": MetaKey, "metaKeys": append([]string(nil), metaKeys[:]...), "replayedMetaKey": MetaReplayed,
+		"firstRunAtMetaKey": MetaFirstRunAt, "statusMetaKey": MetaStatus, "retryAfterMetaKey": MetaRetryAfter}
 	if g.o.KeyArgument != "" {
 		info["keyArgument"] = g.o.KeyArgument
 	}

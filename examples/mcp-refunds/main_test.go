@@ -127,6 +127,11 @@ func TestCrash_RetryAfterSIGKILL(t *testing.T) {
 			if want := stage == "after-ledger"; idemmcp.Replayed(a.res) != want {
 				t.Fatalf("replayed=%t, want %t", idemmcp.Replayed(a.res), want)
 			}
+			// The answer the Resolver saved has no time of its own: the
+			// replay gives when the record was first claimed.
+			if _, ok := idemmcp.FirstRunAt(a.res); ok != idemmcp.Replayed(a.res) {
+				t.Fatalf("first run time %v on a result replayed=%t", a.res.Meta[idemmcp.MetaFirstRunAt], idemmcp.Replayed(a.res))
+			}
 			if n := countRefunds(t, client); n != 1 {
 				t.Fatalf("list_refunds shows %d refunds, want 1", n)
 			}
