@@ -28,9 +28,10 @@ var pageFiles embed.FS
 
 // pageTemplate is parsed once; executions only read it.
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"time": formatTime,
-	"ago":  relative,
-	"age":  formatAge,
+	"time":   formatTime,
+	"ago":    relative,
+	"age":    formatAge,
+	"claims": func(n int) string { return plural(int64(n), "claim", "claims") },
 	"bytes": func(n any) string {
 		switch n := n.(type) {
 		case int:
