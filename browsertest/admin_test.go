@@ -26,7 +26,7 @@ import (
 //	IDEM_REQUIRE_BROWSER=1    fail, not skip, when no Chromium is found (CI)
 //	IDEM_CHROMIUM=PATH        the browser to drive (default: chromium, chromium-browser,
 //	                          google-chrome or chrome on PATH)
-//	IDEM_SCREENSHOTS=DIR      write admin-list.png and admin-timeline.png there
+//	IDEM_SCREENSHOTS=DIR      write admin-list.png, admin-timeline.png and admin-stats.png there
 //	                          (relative to the repository's root: IDEM_SCREENSHOTS=docs)
 
 // evilKey would run a script if the page did not escape it.
@@ -187,6 +187,16 @@ func TestAdminPage(t *testing.T) {
 	base, token := startAdmin(t, buildIdem(t), writeStore(t), "-write")
 	ctx := newBrowser(t, chromium)
 
+	for _, p := range []string{"", "ui/", "ui/stats", "ui/key?scope=shop-1&key=refund:order-1004", "ls", "backup"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET /%s without the token: %d, want 401", p, resp.StatusCode)
+		}
+	}
 	do(t, ctx, "visit without the token", chromedp.Navigate(base+"ui/"))
 	if text := get(t, ctx, chromedp.Text(chromedp.CSS("body"))); !strings.Contains(text, "needs the access token") {
 		t.Fatalf("without the token the page says:\n%s", text)
@@ -239,6 +249,15 @@ func TestAdminPage(t *testing.T) {
 	if !strings.Contains(condition, "done") || !strings.Contains(timeline, "settled by an operator: committed (ana: the ledger has re_1004)") {
 		t.Errorf("after settling: %q\n%s", condition, timeline)
 	}
+
+	do(t, ctx, "open the stats", chromedp.Click(chromedp.CSS(`nav a[href="stats"]`)), chromedp.WaitVisible(chromedp.ID("activity")))
+	if bars := get(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#activity rect").length`)); bars != 48 {
+		t.Errorf("the chart of the last 24 hours has %d bars, want 48", bars)
+	}
+	if free := get(t, ctx, chromedp.Text(chromedp.ID("free"))); !strings.Contains(free, "iB") {
+		t.Errorf("free space: %q", free)
+	}
+	screenshot(t, ctx, "admin-stats")
 
 	// What the browser saw, the JSON view says too.
 	req, _ := http.NewRequest("GET", base+"inspect?scope=shop-1&key=refund:order-1004", nil)

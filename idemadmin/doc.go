@@ -75,8 +75,8 @@
 //
 // # Caveats
 //
-//   - ls, stats and export scan every record (Lister.Scan): their cost grows
-//     with the store. Rate-limit the admin handler too: its Authorizer
+//   - ls, stats and export scan every record (Lister.Scan), and so do the
+//     page's records and stats: their cost grows with the store. Rate-limit the admin handler too: its Authorizer
 //     decides who, not how often.
 //   - Replay and rejection counts are flushed in batches (see
 //     idem.Record.Replays): a live view may lag by a second, and a crash

@@ -123,6 +123,7 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string][]string{"endpoints": {
 		"GET inspect?scope=&key=", "GET ls?state=&scope=&older_than=&limit=", "GET stats",
 		"POST sweep", "GET export?bodies=false", "GET export?bodies=true", "GET backup",
+		"GET ui/ (the operator's page, HTML)",
 	}})
 }
 
