@@ -51,16 +51,16 @@ var pageStyle, _ = pageFiles.ReadFile("page/style.css")
 // perPage is how many rows a page of the listing shows.
 const perPage = 50
 
-// securityHeaders are set on every page: no script runs, nothing loads
-// from elsewhere, forms post only here, and no site may frame the page
-// (which would let it trick a click on Settle).
-var securityHeaders = map[string]string{
-	"Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
-		"frame-ancestors 'none'; base-uri 'none'",
-	"X-Frame-Options":        "DENY",
-	"X-Content-Type-Options": "nosniff",
-	"Referrer-Policy":        "no-referrer",
-	"Cache-Control":          "no-store",
+// setSecurityHeaders sets the headers of every page: no script runs,
+// nothing loads from elsewhere, forms post only here, and no site may
+// frame the page (which would let it trick a click on Settle).
+func setSecurityHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "+
+		"frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
 }
 
 // pageData is what the template renders: the frame, and one view.
@@ -87,8 +87,10 @@ type listPage struct {
 	Page, Pages         int
 	First               int // the 1-based number of the first row shown
 	Prev, Next          string
-	// Capped says the listing stopped at the handler's MaxRows.
-	Capped bool
+	// Capped says more records match than the pages show: the first
+	// MaxRows of the handler.
+	Capped  bool
+	MaxRows int
 }
 
 type keyPage struct {
@@ -127,9 +129,7 @@ func (h *handler) registerPage(mux *http.ServeMux) {
 // a refusal as a page.
 func (h *handler) page(a Access, next func(w http.ResponseWriter, r *http.Request, d *pageData)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range securityHeaders {
-			w.Header().Set(k, v)
-		}
+		setSecurityHeaders(w.Header())
 		d := &pageData{Now: h.o.Now()}
 		if status, msg := h.decide(r, a); status != 0 {
 			h.fail(w, d, status, msg, "./")
@@ -220,7 +220,7 @@ func (h *handler) listPage(w http.ResponseWriter, r *http.Request, d *pageData) 
 		return
 	}
 	shown := min(out.Matched, h.maxRows)
-	p.Capped = out.Matched > h.maxRows
+	p.Capped, p.MaxRows = out.Matched > h.maxRows, h.maxRows
 	p.Pages = max((shown+perPage-1)/perPage, 1)
 	out.Rows = out.Rows[min(offset, len(out.Rows)):]
 	p.Listing, p.First = out, offset+1

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemadmin"
 )
 
 // browser is a client with cookies, as a browser keeps them, that sends a
@@ -229,7 +231,7 @@ func TestPage_Settle(t *testing.T) {
 	b := e.browser(t, "operator")
 	page := b.get("/ui/key?scope=shop-1&key=refund:held")
 	hasAll(t, "the stuck claim", page, `id="settle"`, `<span class="badge stuck">`)
-	for k, v := range securityHeaders(t, b, "/ui/key?scope=shop-1&key=refund:held") {
+	for k, v := range pageHeaders(t, b, "/ui/key?scope=shop-1&key=refund:held") {
 		if v == "" {
 			t.Errorf("no %s header", k)
 		}
@@ -275,8 +277,8 @@ func TestPage_Settle(t *testing.T) {
 	}
 }
 
-// securityHeaders returns the headers of path that keep the page safe.
-func securityHeaders(t *testing.T, b *browser, path string) map[string]string {
+// pageHeaders returns the headers of path that keep the page safe.
+func pageHeaders(t *testing.T, b *browser, path string) map[string]string {
 	t.Helper()
 	_, resp, _ := b.do("GET", path, nil)
 	out := map[string]string{}
@@ -317,5 +319,25 @@ func TestPage_IndexRedirects(t *testing.T) {
 	}
 	if code, body := e.callAs(t, "viewer", "GET", "/", nil); code != 200 || !strings.Contains(body, "endpoints") {
 		t.Errorf("a client at /: %d %s", code, body)
+	}
+}
+
+func TestPage_List_MaxRows(t *testing.T) {
+	e := newPageEnv(t)
+	h := idemadmin.Handler(e.store, &idemadmin.HandlerOptions{Authorize: byRole, MaxRows: 3})
+	get := func(path string) (int, string) {
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("X-Role", "viewer")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	code, page := get("/ui/")
+	if n := strings.Count(page, `<tr class="c-`); code != http.StatusOK || n != 3 {
+		t.Fatalf("%d, %d rows, want 3\n%s", code, n, page)
+	}
+	hasAll(t, "a capped list", page, "4 matching of 4 records", "the pages show the first 3")
+	if code, page := get("/ui/?page=2"); code != http.StatusBadRequest || !strings.Contains(page, "narrow the filters") {
+		t.Errorf("past MaxRows: %d\n%s", code, page)
 	}
 }
