@@ -2,8 +2,9 @@
 // of one key as a timeline, listings with the claims that need someone
 // first, statistics, a sweep that reports each decision, and an export for
 // audits. The idem command line (cmd/idem) prints them from a store
-// directory; Handler serves them as JSON from a running server, which is
-// the only way to see a Badger store while its server holds the directory.
+// directory; Handler serves them as JSON and as an HTML page from a
+// running server, which is the only way to see a Badger store while its
+// server holds the directory.
 // CountEvents counts every event and SetGauges keeps gauges of the store's
 // contents through a small Metrics interface, which Expvar adapts to the
 // standard expvar package.
@@ -33,6 +34,13 @@
 // whole store (GET backup, bodies and backup access). Serve it on an internal listener
 // or behind the server's authentication, never on the public mux next to
 // the tools, and keep bodies and sweep access for the few who need them.
+//
+// The page (ui/) is safe to open in the browser an operator uses for
+// everything else: html/template escapes every stored value (keys, scopes,
+// notes and bodies come from callers), no script runs (its
+// Content-Security-Policy forbids all), no other site may frame it, its
+// forms are POST only with a CSRF token bound to a cookie, and the handler
+// refuses cross-origin POSTs, JSON included.
 //
 // Importing idem (through Badger) imports the standard expvar package,
 // which publishes /debug/vars on http.DefaultServeMux: Badger's counters,
@@ -67,8 +75,8 @@
 //
 // # Caveats
 //
-//   - ls, stats and export scan every record (Lister.Scan): their cost grows
-//     with the store. Rate-limit the admin handler too: its Authorizer
+//   - ls, stats and export scan every record (Lister.Scan), and so do the
+//     page's records and stats: their cost grows with the store. Rate-limit the admin handler too: its Authorizer
 //     decides who, not how often.
 //   - Replay and rejection counts are flushed in batches (see
 //     idem.Record.Replays): a live view may lag by a second, and a crash

@@ -32,9 +32,13 @@ type HandlerOptions struct {
 	// Now is the time the views judge records at. Default the store's
 	// clock.
 	Now func() time.Time
-	// MaxRows bounds the rows of GET /ls, whatever its limit asks.
-	// Default 1000.
+	// MaxRows bounds the rows of GET /ls, whatever its limit asks, and
+	// of the page's listing, across its pages. Default 1000.
 	MaxRows int
+	// CSRFKey signs the CSRF tokens of the page's forms. Servers behind
+	// one address share a key so that each accepts the others' forms.
+	// Default a random key per Handler.
+	CSRFKey []byte
 }
 
 // Handler serves the views of a running server's store, as JSON, to the
@@ -51,6 +55,21 @@ type HandlerOptions struct {
 //	GET  /backup                  a backup file of the whole store (Store.Backup) [bodies, backup];
 //	                              501 when the backend cannot back itself up
 //
+// Beside the JSON, it serves the operator's page, as HTML:
+//
+//	GET  /ui/                     the records, stuck and needing attention first;
+//	                              filters state=, scope=, older_than=; page= [read]
+//	GET  /ui/key?scope=S&key=K    a key's timeline, its saved result (the body
+//	                              only with bodies access) and a form to settle it [read]
+//	GET  /ui/stats                Stats, free space, a chart of the last 24 hours [read]
+//	POST /ui/settle               the settle form: 303 to the key's timeline [settle]
+//	POST /ui/sweep                the sweep form: what the sweep decided [sweep]
+//
+// GET / redirects a browser (Accept: text/html) to ui/. The page runs no
+// script; its forms carry a CSRF token bound to a cookie it sets, and
+// every cross-origin POST is refused (http.CrossOriginProtection), the
+// JSON ones too.
+//
 // Paths are relative to where it is mounted (use http.StripPrefix). Add
 // format=text to inspect, ls, stats or sweep for the command line's
 // tables. Errors are JSON objects {"error": "..."} with a 4xx or 5xx
@@ -63,7 +82,7 @@ func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
 		panic("idemadmin: Handler needs HandlerOptions.Authorize: it shows keys, fingerprints and (when " +
 			"asked) saved bodies, and POST sweep asks the resolver and writes; say who may do which")
 	}
-	h := &handler{s: store, o: *opts, maxRows: 1000}
+	h := &handler{s: store, o: *opts, maxRows: 1000, csrf: newCSRF(opts.CSRFKey)}
 	if opts.MaxRows > 0 {
 		h.maxRows = opts.MaxRows
 	}
@@ -79,19 +98,32 @@ func Handler(store *idem.Store, opts *HandlerOptions) http.Handler {
 	mux.HandleFunc("POST /settle", h.guard(AccessSettle, h.settle))
 	mux.HandleFunc("GET /export", h.guard(AccessRead, h.export))
 	mux.HandleFunc("GET /backup", h.guard(AccessBodies, h.backup))
-	return mux
+	h.registerPage(mux)
+	// A form on another site can post to a mounted handler with the
+	// operator's cookies: refuse cross-origin writes, whatever the
+	// Authorizer says. Clients that are not browsers send neither
+	// Sec-Fetch-Site nor Origin, and pass.
+	return http.NewCrossOriginProtection().Handler(mux)
 }
 
 type handler struct {
 	s       *idem.Store
 	o       HandlerOptions
 	maxRows int
+	csrf    *csrf
 }
 
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
+	if wantsHTML(r) {
+		// Relative, so that it works wherever the handler is mounted.
+		w.Header().Set("Location", "ui/")
+		w.WriteHeader(http.StatusSeeOther)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string][]string{"endpoints": {
 		"GET inspect?scope=&key=", "GET ls?state=&scope=&older_than=&limit=", "GET stats",
 		"POST sweep", "GET export?bodies=false", "GET export?bodies=true", "GET backup",
+		"GET ui/ (the operator's page, HTML)",
 	}})
 }
 

@@ -232,6 +232,21 @@ func (h *rowHeap) Pop() any {
 	return r
 }
 
+// Deadline says what ends the row's state, relative to now: its lease
+// ("lease in 30s"), its orphaning by a restart ("orphaned"), or its expiry
+// ("expiry in 23h"); "-" when nothing does.
+func (r *Row) Deadline(now time.Time) string {
+	switch {
+	case r.State == "in_progress" && r.LeaseEnds.IsZero():
+		return "orphaned"
+	case r.State == "in_progress":
+		return "lease " + relative(r.LeaseEnds, now)
+	case !r.ExpiresAt.IsZero():
+		return "expiry " + relative(r.ExpiresAt, now)
+	}
+	return "-"
+}
+
 // WriteText prints the listing as an aligned table, with a line saying how
 // many records matched when the limit cut it.
 func (l *Listing) WriteText(w io.Writer) error {
@@ -250,17 +265,8 @@ func (l *Listing) WriteText(w io.Writer) error {
 		if r.MayHaveRunTwice {
 			cond = "RAN TWICE? " + cond
 		}
-		deadline := "-"
-		switch {
-		case r.State == "in_progress" && r.LeaseEnds.IsZero():
-			deadline = "orphaned"
-		case r.State == "in_progress":
-			deadline = "lease " + relative(r.LeaseEnds, l.Now)
-		case !r.ExpiresAt.IsZero():
-			deadline = "expiry " + relative(r.ExpiresAt, l.Now)
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", cond, quote(r.Scope), quote(r.Key),
-			r.Token, r.Claims, formatAge(r.Age), result, r.Replays, r.Rejections, deadline)
+			r.Token, r.Claims, formatAge(r.Age), result, r.Replays, r.Rejections, r.Deadline(l.Now))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

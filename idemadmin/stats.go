@@ -78,10 +78,19 @@ type diskUser interface {
 // backend on disk (anything with its DiskUsage method), Stats.Disk holds
 // its size on disk.
 func Collect(ctx context.Context, l backend.Lister, o StatsOptions) (*Stats, error) {
+	return collect(ctx, l, o, nil)
+}
+
+// collect is Collect, showing each record to visit too (if not nil), so
+// that the HTML page draws its activity chart from the same scan.
+func collect(ctx context.Context, l backend.Lister, o StatsOptions, visit func(*idem.Record)) (*Stats, error) {
 	st := &Stats{Now: o.Now}
 	var oldest Row
 	err := l.Scan(ctx, func(rec *idem.Record) bool {
 		st.Records++
+		if visit != nil {
+			visit(rec)
+		}
 		if o.Progress != nil {
 			o.Progress(st.Records)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -196,9 +197,18 @@ func TestRun_Examples(t *testing.T) {
 			if i := slices.IndexFunc(words, func(w string) bool { return w == "|" || w == ">" }); i >= 0 {
 				words = words[:i]
 			}
-			code, _, stderr := runIdem(t, words[1:]...)
-			if code == 2 || strings.Contains(stderr, "usage:") {
-				t.Errorf("example %q: exit %d\n%s", ex, code, stderr)
+			ctx := context.Background()
+			if c.name == "admin" {
+				// It serves until stopped: stopped at once, once it has
+				// opened the store and listened (TestAdminServe serves).
+				stopped, cancel := context.WithCancel(ctx)
+				cancel()
+				ctx = stopped
+			}
+			var stdout, stderr strings.Builder
+			code := run(ctx, words[1:], &stdout, &stderr)
+			if code == 2 || strings.Contains(stderr.String(), "usage:") {
+				t.Errorf("example %q: exit %d\n%s", ex, code, stderr.String())
 			}
 		}
 	}

@@ -4,6 +4,7 @@
 //	idem demo [-seed N] [-agents N] [DIR]
 //	idem inspect DIR [-scope SCOPE] KEY
 //	idem ls|stats|sweep|export|verify DIR [flags]
+//	idem admin DIR [-addr HOST:PORT] [-write]
 //	idem resolve DIR [-scope SCOPE] KEY (-committed -status N | -not-committed) -note WHY
 //	idem torture [-duration D] [-workers N] [-json] [DIR]
 //	idem loss DIR [-accept [-window D] | -end]
@@ -43,6 +44,7 @@ func commands() []command {
 		{name: "stats", summary: "count a store's records by state, with its age and size", run: statsCommand},
 		{name: "sweep", summary: "run recovery and reclamation on a store now, reporting each decision", run: sweepCommand},
 		{name: "export", summary: "write every record of a store as JSON lines, for audits", run: exportCommand},
+		{name: "admin", summary: "serve the operator's page for a store directory on 127.0.0.1, behind a token", run: adminServeCommand},
 		{name: "resolve", summary: "settle a stale claim by an operator's verdict: committed with a result, or not", run: resolveCommand},
 		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
 		{name: "torture", summary: "SIGKILL a child running Do at random moments; check nothing ran twice or was lost", run: tortureCommand},
