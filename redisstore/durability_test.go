@@ -1,0 +1,79 @@
+package redisstore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/redisstore"
+	"github.com/idemkit/idem/redisstore/redistest"
+)
+
+// startServer starts a server of its own with settings, stopped when tb
+// ends.
+func startServer(tb testing.TB, settings ...string) *redistest.Server {
+	tb.Helper()
+	needServer(tb)
+	s, err := redistest.Start(ctx, &redistest.Options{Settings: settings})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func TestNew_Durable_RefusesServersThatCannotKeepIt(t *testing.T) {
+	for _, tc := range []struct {
+		settings []string
+		names    string
+	}{
+		{[]string{"appendonly no"}, "appendonly no"},
+		{[]string{"appendfsync everysec"}, "appendfsync everysec"},
+		{[]string{"appendfsync no"}, "appendfsync no"},
+		{[]string{"maxmemory-policy volatile-lru"}, "maxmemory-policy volatile-lru"},
+	} {
+		t.Run(tc.names, func(t *testing.T) {
+			s := startServer(t, tc.settings...)
+			_, err := redisstore.Open(ctx, s.URL(), nil)
+			if !errors.Is(err, redisstore.ErrNotDurable) {
+				t.Fatalf("Open = %v, want ErrNotDurable", err)
+			}
+			if !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("the error %q does not name %q", err, tc.names)
+			}
+			b, err := redisstore.Open(ctx, s.URL(), &redisstore.Options{Durability: backend.Fast})
+			if err != nil {
+				t.Fatalf("Fast refused: %v", err)
+			}
+			_ = b.Close()
+		})
+	}
+}
+
+func TestNew_Durable_AppendfsyncAlways(t *testing.T) {
+	b, err := redisstore.Open(ctx, needServer(t).URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNew_Unreachable(t *testing.T) {
+	_, err := redisstore.Open(ctx, "redis://127.0.0.1:1/0", nil)
+	if !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("Open = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestNew_Replicas_NoReplicaFailsTheWrite(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, &redisstore.Options{Replicas: 1, ReplicaTimeout: 50 * time.Millisecond})
+	_, _, err := b.Claim(ctx, "s", "k", backend.ClaimArgs{Fingerprint: "fp", Now: time.Now(), LeaseEnds: time.Now().Add(time.Minute)})
+	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("Claim = %v, want unavailable: 0 of 1 replicas", err)
+	}
+}

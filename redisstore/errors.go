@@ -1,0 +1,10 @@
+package redisstore
+
+import "errors"
+
+// ErrNotDurable is returned by New and Open when a Durable Backend is
+// opened on a server whose settings cannot keep an acknowledged write
+// through a crash of the server (appendonly not yes, appendfsync not
+// always) or that may evict records (maxmemory-policy not noeviction). The
+// error names the setting.
+var ErrNotDurable = errors.New("redisstore: the server does not keep writes durably")
