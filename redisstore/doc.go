@@ -81,13 +81,17 @@
 // Options.Replicas, every write also waits (WAIT) until that many replicas
 // acknowledged it, and fails with backend.ErrUnavailable when fewer did.
 //
-// Fast opens on any server. With appendfsync everysec a crash of the
-// server (not only of the machine) loses the writes of up to about the
-// last two seconds (Redis fsyncs once a second, and delays the fsync when
-// the disk is slow); with appendfsync no, what the operating system had
-// not written; with appendonly off, everything since the last snapshot.
-// A lost claim lets its effect run again; a lost result makes a repeat run
-// the effect again.
+// Fast opens on any server, and what a crash loses depends on its
+// settings. With appendfsync everysec Redis still writes the file before
+// it answers, unless an fsync is running late (it postpones the write by
+// up to two seconds then): a crash of the server process alone loses at
+// most the writes so postponed, and a crash of the machine or a power
+// loss the writes of about the last two seconds. With appendfsync no, a
+// machine crash loses what the operating system had not written (up to
+// about 30 seconds on Linux); with appendonly no, any crash loses every
+// write since the last snapshot. A lost claim lets its effect run again; a
+// lost result makes a repeat run the effect again. TestCrash_* in this
+// package measures each setting under SIGKILL of the server.
 //
 // A server for idem:
 //
