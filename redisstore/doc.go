@@ -45,7 +45,8 @@
 // the record, its shard's stale index, expiry index and version counter
 // share one tag, so one Cluster slot, and a script touches only keys of
 // one slot. The token counter is the one key outside the shards, written
-// by INCR alone.
+// by INCR alone. The conformance suite runs on a Cluster of three
+// primaries too (TestConformance_Cluster).
 //
 // Expiry is the server's: a done or released record's key gets a TTL of
 // its retention (ExpiresAt minus the write's time, measured on the

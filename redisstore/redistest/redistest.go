@@ -193,3 +193,87 @@ func (p *proc) stop(sig syscall.Signal) {
 		<-p.exited
 	}
 }
+
+// Cluster is a running throwaway Redis Cluster of primaries without
+// replicas.
+type Cluster struct {
+	// Nodes are its servers, each holding an equal range of the slots.
+	Nodes []*Server
+}
+
+// StartCluster starts n servers with cluster mode on, gives each an equal
+// range of the 16384 slots, joins them, and returns once every node sees
+// the cluster as ok. opts' settings apply to every node.
+func StartCluster(ctx context.Context, n int, opts *Options) (*Cluster, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Settings = append([]string{"cluster-enabled yes", "cluster-config-file nodes.conf"}, o.Settings...)
+	c := &Cluster{}
+	for range n {
+		s, err := Start(ctx, &o)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	if err := c.join(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) join(ctx context.Context) error {
+	const slots = 16384
+	n := len(c.Nodes)
+	for i, s := range c.Nodes {
+		rc := s.Client()
+		err := rc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", i*slots/n, (i+1)*slots/n-1).Err()
+		if err == nil && i > 0 {
+			host, port, _ := strings.Cut(s.Addr, ":")
+			err = c.Nodes[0].Client().ClusterMeet(ctx, host, port).Err()
+		}
+		_ = rc.Close()
+		if err != nil {
+			return fmt.Errorf("redis cluster: %w", err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range c.Nodes {
+		rc := s.Client()
+		for {
+			info, err := rc.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") &&
+				strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d\r", n)) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				_ = rc.Close()
+				return fmt.Errorf("redis cluster did not come up: %v %q", err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = rc.Close()
+	}
+	return nil
+}
+
+// Client returns a new Cluster client of the cluster; the caller closes
+// it.
+func (c *Cluster) Client() *redis.ClusterClient {
+	var addrs []string
+	for _, s := range c.Nodes {
+		addrs = append(addrs, s.Addr)
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+}
+
+// Stop stops every node and removes their directories.
+func (c *Cluster) Stop() {
+	for _, s := range c.Nodes {
+		s.Stop()
+	}
+}
