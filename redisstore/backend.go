@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/backend"
@@ -135,19 +137,24 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		return nil, false, err
 	}
 	k := b.keysOf(scope, key)
+	var tried []uint64 // the tokens this call wrote claims with
 	for {
 		s, err := b.read(ctx, k)
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
 		if r := s.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
-			return r, false, nil
+			// A claim of this call's own whose answer was lost (the
+			// client sent the script again, and found it written).
+			mine := r.State == backend.StateInProgress && slices.Contains(tried, r.Token)
+			return r, mine, nil
 		}
 		token, err := b.c.Incr(ctx, b.tokensKey()).Uint64()
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
 		n := newClaim(scope, key, token, args, s.rec)
+		tried = append(tried, token)
 		res, err := b.put(ctx, k, s.ver, 0, n, time.Time{})
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
@@ -332,13 +339,18 @@ func (b *Backend) Stale(ctx context.Context, now time.Time, limit int) ([]*backe
 	if err != nil || len(ks) == 0 {
 		return nil, backend.Unavailable("stale", err)
 	}
-	recs, _, err := b.readMany(ctx, ks)
+	recs, errs, err := b.readMany(ctx, ks)
 	if err != nil {
 		return nil, backend.Unavailable("stale", err)
 	}
 	var out []*backend.Record
-	for _, s := range recs {
+	for i, s := range recs {
 		r := s.rec
+		if r == nil && errs[i] == nil {
+			// Deleted by hand: its entry would hold a place in every batch.
+			_ = delScript.Run(ctx, b.c, []string{ks[i].rec, ks[i].stale, ks[i].exp}, "0", ks[i].member).Err()
+			continue
+		}
 		if r != nil && r.Stale(now) && !now.Before(r.NextCheck) && !r.Attention {
 			out = append(out, r)
 		}
@@ -373,6 +385,10 @@ func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]back
 		if err != nil {
 			return refs, backend.Unavailable("reclaim", err)
 		}
+		// An entry whose record is not yet expired by the nanosecond (the
+		// index keeps milliseconds) stays: a pass that settles no entry
+		// ends the call.
+		settled := 0
 		for i, k := range ks {
 			if len(refs) == limit {
 				break
@@ -383,6 +399,7 @@ func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]back
 			// record the server deleted.
 			if errs[i] != nil {
 				_ = b.c.ZRem(ctx, k.exp, k.member).Err()
+				settled++
 				continue
 			}
 			r := s.rec
@@ -393,9 +410,13 @@ func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]back
 			if err != nil {
 				return refs, backend.Unavailable("reclaim", err)
 			}
+			settled++
 			if n == 1 {
 				refs = append(refs, backend.Ref{Scope: r.Scope, Key: r.Key, Token: r.Token})
 			}
+		}
+		if settled == 0 {
+			break
 		}
 	}
 	return refs, nil
@@ -457,7 +478,7 @@ func lateDone(rec *backend.Record, l backend.LateCompletion, token uint64) {
 // reads and one of writes (each a putScript over the version read); the
 // records that changed in between are read and written again.
 func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
-	if err := b.check(ctx); err != nil && !errors.Is(err, backend.ErrClosed) {
+	if err := b.check(ctx); err != nil {
 		return err
 	}
 	byKey := map[[2]string]*backend.Tally{}
@@ -528,14 +549,28 @@ func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error
 		}
 		return it.Err()
 	}
-	var err error
+	nodes := []redis.UniversalClient{b.c}
 	if cc, ok := b.c.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
-	} else {
-		err = scan(ctx, b.c)
+		// ForEachMaster calls its function concurrently: gather the
+		// primaries, then walk them one at a time, as fn expects.
+		var mu sync.Mutex // guards nodes
+		nodes = nil
+		err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			nodes = append(nodes, n)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return backend.Unavailable("scan", err)
+		}
 	}
-	if errors.Is(err, stop) {
-		return nil
+	for _, n := range nodes {
+		if err := scan(ctx, n); errors.Is(err, stop) {
+			return nil
+		} else if err != nil {
+			return backend.Unavailable("scan", err)
+		}
 	}
-	return backend.Unavailable("scan", err)
+	return nil
 }

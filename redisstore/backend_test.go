@@ -98,25 +98,83 @@ func TestBackend_Reclaim_ServerExpiredRecordsLeaveNoEntries(t *testing.T) {
 	if err := b.Complete(ctx, "s", "gone", rec.Token, backend.Completion{At: now, ExpiresAt: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	// The server deletes it by itself (as its TTL would).
+	deleteByHand(t, c, b.Prefix(), "s\x00gone") // as its TTL would
+	refs, err := b.Reclaim(ctx, now.Add(2*time.Minute), 10)
+	if err != nil || len(refs) != 0 {
+		t.Fatalf("Reclaim = %v, %v; want nothing it deleted", refs, err)
+	}
+	noEntries(t, c, b.Prefix(), ":exp")
+}
+
+// deleteByHand deletes the record key of member under prefix.
+func deleteByHand(t *testing.T, c *redis.Client, prefix, member string) {
+	t.Helper()
 	deleted := 0
-	for _, k := range keysOf(t, c, b.Prefix()) {
-		if strings.HasSuffix(k, ":r:s\x00gone") {
+	for _, k := range keysOf(t, c, prefix) {
+		if strings.HasSuffix(k, ":r:"+member) {
 			deleted += int(c.Del(ctx, k).Val())
 		}
 	}
 	if deleted != 1 {
 		t.Fatalf("deleted %d keys", deleted)
 	}
-	refs, err := b.Reclaim(ctx, now.Add(2*time.Minute), 10)
-	if err != nil || len(refs) != 0 {
-		t.Fatalf("Reclaim = %v, %v; want nothing it deleted", refs, err)
-	}
-	for _, k := range keysOf(t, c, b.Prefix()) {
-		if strings.HasSuffix(k, ":exp") {
+}
+
+// noEntries fails unless every index of kind (":exp", ":stale") under
+// prefix is empty.
+func noEntries(t *testing.T, c *redis.Client, prefix, kind string) {
+	t.Helper()
+	for _, k := range keysOf(t, c, prefix) {
+		if strings.HasSuffix(k, kind) {
 			if n, _ := c.ZCard(ctx, k).Result(); n != 0 {
 				t.Fatalf("%s keeps %d entries", k, n)
 			}
 		}
+	}
+}
+
+func TestBackend_Stale_DropsEntriesOfDeletedRecords(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Now()
+	if _, _, err := b.Claim(ctx, "s", "gone", claimArgs(now)); err != nil {
+		t.Fatal(err)
+	}
+	deleteByHand(t, c, b.Prefix(), "s\x00gone")
+	recs, err := b.Stale(ctx, now.Add(time.Hour), 10)
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("Stale = %v, %v", recs, err)
+	}
+	noEntries(t, c, b.Prefix(), ":stale")
+}
+
+func TestBackend_Reclaim_WithinTheMillisecondOfExpiry(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 100_000, time.UTC) // 0.1 ms past a millisecond
+	rec, _, err := b.Claim(ctx, "s", "k", claimArgs(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := now.Add(500 * time.Microsecond) // the same millisecond
+	if err := b.Complete(ctx, "s", "k", rec.Token, backend.Completion{At: now, ExpiresAt: exp}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		refs, err := b.Reclaim(ctx, now, 10)
+		if err != nil || len(refs) != 0 {
+			t.Errorf("Reclaim before expiry = %v, %v", refs, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reclaim spins on an entry due by its millisecond but not yet expired")
+	}
+	refs, err := b.Reclaim(ctx, exp, 10)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("Reclaim at expiry = %v, %v", refs, err)
 	}
 }
