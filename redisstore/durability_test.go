@@ -77,3 +77,37 @@ func TestNew_Replicas_NoReplicaFailsTheWrite(t *testing.T) {
 		t.Fatalf("Claim = %v, want unavailable: 0 of 1 replicas", err)
 	}
 }
+
+func TestNew_Replicas_AcknowledgedByAReplica(t *testing.T) {
+	primary := startServer(t, "repl-diskless-sync-delay 0")
+	_, port, _ := strings.Cut(primary.Addr, ":")
+	replica := startServer(t, "replicaof 127.0.0.1 "+port)
+	pc := primary.Client()
+	defer pc.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(pc.Info(ctx, "replication").Val(), "connected_slaves:1") {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not connect")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b := newBackend(t, pc, &redisstore.Options{Replicas: 1, ReplicaTimeout: 5 * time.Second})
+	now := time.Now()
+	rec, claimed, err := b.Claim(ctx, "s", "k", backend.ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute)})
+	if err != nil || !claimed {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	if err := b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: backend.Result{Status: 200}, At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// What WAIT acknowledged is on the replica.
+	rb, err := redisstore.Open(ctx, replica.URL(), &redisstore.Options{Prefix: b.Prefix(), Durability: backend.Fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Close()
+	got, err := rb.Get(ctx, "s", "k")
+	if err != nil || got.State != backend.StateDone {
+		t.Fatalf("the replica has %v, %v", got, err)
+	}
+}
