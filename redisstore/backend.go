@@ -149,6 +149,9 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 			mine := r.State == backend.StateInProgress && slices.Contains(tried, r.Token)
 			return r, mine, nil
 		}
+		if err := b.refused(); err != nil {
+			return nil, false, err
+		}
 		token, err := b.c.Incr(ctx, b.tokensKey()).Uint64()
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)

@@ -119,8 +119,10 @@
 //
 // # Caveats
 //
-// The server's settings are read once, when the Backend opens: a CONFIG
-// SET appendfsync everysec afterwards goes unnoticed. A managed service
+// A Durable Backend reads the server's settings when it opens and again
+// at every background sweep (Maintain): between two sweeps, a CONFIG SET
+// appendfsync everysec goes unnoticed; after it, new claims are refused
+// until the setting is restored. A managed service
 // that renames or forbids CONFIG cannot be checked; open it with Fast and
 // configure it by hand. Records written by a Backend with one Prefix are
 // invisible to another, and Shards is fixed. Scan (the command line's ls and

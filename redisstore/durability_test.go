@@ -111,3 +111,39 @@ func TestNew_Replicas_AcknowledgedByAReplica(t *testing.T) {
 		t.Fatalf("the replica has %v, %v", got, err)
 	}
 }
+
+func TestBackend_Maintain_RefusesClaimsWhileTheServerIsNotDurable(t *testing.T) {
+	s := startServer(t)
+	c := s.Client()
+	defer c.Close()
+	b := newBackend(t, c, nil)
+	now := time.Now()
+	args := backend.ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(time.Minute)}
+	open, _, err := b.Claim(ctx, "s", "open", args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Maintain(ctx)
+	if !errors.Is(err, redisstore.ErrNotDurable) || !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "appendfsync everysec") {
+		t.Fatalf("Maintain = %v", err)
+	}
+	if _, _, err := b.Claim(ctx, "s", "k", args); !errors.Is(err, redisstore.ErrNotDurable) || !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("Claim on a server that is not durable = %v", err)
+	}
+	// A claim already made may still end.
+	if err := b.Release(ctx, "s", "open", open.Token, backend.Releasing{At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, claimed, err := b.Claim(ctx, "s", "k", args); err != nil || !claimed {
+		t.Fatalf("Claim after the setting is restored = %v, %v", claimed, err)
+	}
+}

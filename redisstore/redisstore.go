@@ -73,7 +73,12 @@ type Backend struct {
 	replicas int
 	waitMS   int64
 	margin   time.Duration
+	durable  bool // Options.Durability is Durable: Maintain checks the server again
 	closed   atomic.Bool
+	// refusal is the error of the latest check of a Durable Backend's
+	// server that found it no longer keeps writes durably (nil when it
+	// does): Claim refuses new claims with it until a check passes.
+	refusal atomic.Pointer[error]
 }
 
 var (
@@ -82,6 +87,7 @@ var (
 	_ backend.Tallier       = (*Backend)(nil)
 	_ backend.Holder        = (*Backend)(nil)
 	_ backend.LateCompleter = (*Backend)(nil)
+	_ backend.Maintainer    = (*Backend)(nil)
 )
 
 // New returns a Backend on the caller's client, after checking that the
@@ -115,7 +121,7 @@ func New(ctx context.Context, c redis.UniversalClient, opts *Options) (*Backend,
 		return nil, errors.New("redisstore: Replicas needs a client of one primary, not a Cluster client")
 	}
 	b := &Backend{c: c, prefix: o.Prefix, replicas: o.Replicas,
-		waitMS: o.ReplicaTimeout.Milliseconds(), margin: o.ExpiryMargin}
+		waitMS: o.ReplicaTimeout.Milliseconds(), margin: o.ExpiryMargin, durable: o.Durability == backend.Durable}
 	if err := b.c.Ping(ctx).Err(); err != nil {
 		return nil, backend.Unavailable("open", err)
 	}
@@ -169,6 +175,38 @@ func checkDurable(ctx context.Context, c redis.UniversalClient) error {
 
 // Prefix returns the prefix of the store's keys (Options.Prefix).
 func (b *Backend) Prefix() string { return b.prefix }
+
+// Maintain implements backend.Maintainer: the Store's background sweep
+// calls it. A Durable Backend reads its server's settings again: while
+// they no longer keep writes durably (a CONFIG SET appendfsync everysec
+// since it opened, or a restart with another configuration), Claim
+// refuses new claims with an error wrapping backend.ErrUnavailable and
+// ErrNotDurable, and Maintain returns that error; once they do again,
+// claims go on. Completions of claims already made go on either way.
+func (b *Backend) Maintain(ctx context.Context) error {
+	if err := b.check(ctx); err != nil || !b.durable {
+		return err
+	}
+	err := checkDurable(ctx, b.c)
+	switch {
+	case errors.Is(err, ErrNotDurable):
+		err = fmt.Errorf("%w: new claims refused: %w", backend.ErrUnavailable, err)
+		b.refusal.Store(&err)
+		return err
+	case err != nil:
+		return backend.Unavailable("check the server's settings", err)
+	}
+	b.refusal.Store(nil)
+	return nil
+}
+
+// refused returns the error Claim refuses new claims with, or nil.
+func (b *Backend) refused() error {
+	if p := b.refusal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Client returns the client the Backend was made with.
 func (b *Backend) Client() redis.UniversalClient { return b.c }
