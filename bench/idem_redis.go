@@ -65,11 +65,11 @@ type idemRedisStore struct {
 }
 
 // Drop implements Dropper: it unlinks the store's keys (every shard's,
-// and the token counter).
+// the token counter and the layout).
 func (s *idemRedisStore) Drop(ctx context.Context) error {
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
 	defer rdb.Close()
-	for _, pattern := range []string{"{" + s.prefix + ":*}*", s.prefix + ":tokens"} {
+	for _, pattern := range []string{"{" + s.prefix + ":*}*", s.prefix + ":tokens", s.prefix + ":layout"} {
 		var cursor uint64
 		for {
 			keys, next, err := rdb.Scan(ctx, cursor, pattern, 1000).Result()

@@ -125,7 +125,9 @@
 // until the setting is restored. A managed service
 // that renames or forbids CONFIG cannot be checked; open it with Fast and
 // configure it by hand. Records written by a Backend with one Prefix are
-// invisible to another, and Shards is fixed. Scan (the command line's ls and
+// invisible to another, and Shards is fixed. The key layout's version is
+// kept under prefix:layout; New refuses one it does not know
+// (ErrLayout). Scan (the command line's ls and
 // export) walks the keyspace with SCAN: it sees every record present during
 // the whole walk at least once, and may see a record twice.
 package redisstore

@@ -147,3 +147,15 @@ func TestBackend_Maintain_RefusesClaimsWhileTheServerIsNotDurable(t *testing.T) 
 		t.Fatalf("Claim after the setting is restored = %v, %v", claimed, err)
 	}
 }
+
+func TestNew_RefusesAnotherLayout(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	if err := c.Set(ctx, b.Prefix()+":layout", redisstore.Layout+1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := redisstore.New(ctx, c, &redisstore.Options{Prefix: b.Prefix()})
+	if !errors.Is(err, redisstore.ErrLayout) {
+		t.Fatalf("New = %v, want ErrLayout", err)
+	}
+}

@@ -130,7 +130,37 @@ func New(ctx context.Context, c redis.UniversalClient, opts *Options) (*Backend,
 			return nil, err
 		}
 	}
+	if err := b.checkLayout(ctx); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// Layout is the version of the key layout this release writes (the
+// CHANGELOG's formats on disk): New records it under prefix:layout, and
+// refuses a store whose layout is another.
+const Layout = 1
+
+// checkLayout records the layout of a new store, and refuses another. A
+// replica, which refuses writes, is read as it is.
+func (b *Backend) checkLayout(ctx context.Context) error {
+	k := b.prefix + ":layout"
+	got, err := b.c.Get(ctx, k).Int()
+	if errors.Is(err, redis.Nil) {
+		err = b.c.SetNX(ctx, k, Layout, 0).Err()
+		if err == nil {
+			got, err = b.c.Get(ctx, k).Int()
+		} else if redis.HasErrorPrefix(err, "READONLY") {
+			return nil
+		}
+	}
+	if err != nil {
+		return backend.Unavailable("open", err)
+	}
+	if got != Layout {
+		return fmt.Errorf("%w: the keys under prefix %q have layout %d; this release reads layout %d", ErrLayout, b.prefix, got, Layout)
+	}
+	return nil
 }
 
 // Open connects to the server of a redis:// or rediss:// URL (as
