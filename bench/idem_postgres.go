@@ -119,6 +119,20 @@ func (s *idemPGStore) TxEffect(ctx context.Context, mode string, seed uint64) (f
 // pool), so that no Begin finds its key in the Store's replay cache.
 func (s *idemPGStore) FreshReplays(ctx context.Context) (begin func(ctx context.Context, pass int, key, fp string) (Attempt, error), done func() error) {
 	pool := s.store().Backend().(*pgstore.Backend).Pool()
+	return freshReplays(func() (*idem.Store, error) {
+		b, err := pgstore.New(ctx, pool, &pgstore.Options{Schema: s.schema, Table: s.table})
+		if err != nil {
+			return nil, err
+		}
+		o := idemOptions(idem.Durable, benchResult)
+		o.RecoveryGrace = -1
+		return idem.New(b, o), nil
+	})
+}
+
+// freshReplays returns a FreshReplayer's functions over the Stores open
+// returns, one per pass.
+func freshReplays(open func() (*idem.Store, error)) (begin func(ctx context.Context, pass int, key, fp string) (Attempt, error), done func() error) {
 	var mu sync.Mutex
 	stores := map[int]*idem.Store{}
 	get := func(pass int) (*idem.Store, error) {
@@ -127,13 +141,10 @@ func (s *idemPGStore) FreshReplays(ctx context.Context) (begin func(ctx context.
 		if st := stores[pass]; st != nil {
 			return st, nil
 		}
-		b, err := pgstore.New(ctx, pool, &pgstore.Options{Schema: s.schema, Table: s.table})
+		st, err := open()
 		if err != nil {
 			return nil, err
 		}
-		o := idemOptions(idem.Durable, benchResult)
-		o.RecoveryGrace = -1
-		st := idem.New(b, o)
 		stores[pass] = st
 		return st, nil
 	}

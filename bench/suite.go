@@ -47,6 +47,7 @@ func allContenders(srv *Servers) []Contender {
 	var cs []Contender
 	cs = append(cs, idemContenders()...)
 	cs = append(cs, idemPostgresContender(srv))
+	cs = append(cs, idemRedisContender(srv))
 	cs = append(cs, sqliteContenders()...)
 	cs = append(cs, bboltContenders()...)
 	cs = append(cs, memoryContender())

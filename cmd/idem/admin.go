@@ -105,7 +105,8 @@ Run "idem sweep %s" once (it opens the store for writing, marks the dead process
 as orphaned and reports them), or start the server again; then run this again.`, e.dir, e.dir)
 }
 
-// openStore opens the store in a.dir for an operator's command:
+// openStore opens the store in a.dir (or on the Redis server a redis://
+// URL there names) for an operator's command:
 // read-only unless write is set, with no background sweep, and with obs
 // as its observer. A running server's lock and an unclean log give errors
 // that say what to do.
@@ -116,6 +117,9 @@ func (a *adminFlags) openStore(write bool, obs idem.Observer) (*idem.Store, erro
 // openStoreWith is openStore with Badger options of the command's (such
 // as AcceptLoss); ReadOnly is set from write.
 func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo badgerstore.Options) (*idem.Store, error) {
+	if isRedisURL(a.dir) {
+		return a.openRedis(write, obs) // admin_redis.go
+	}
 	dir := a.dir
 	if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -23,18 +23,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idem/internal/serverproc"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -174,14 +173,14 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		cleanup()
-		return nil, fmt.Errorf("initdb: %v: %s", err, lastLines(out))
+		return nil, fmt.Errorf("initdb: %v: %s", err, serverproc.LastLines(out))
 	}
 
 	// A port taken between the probe and the server's bind makes the start
 	// fail: try a few.
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := serverproc.FreePort()
 		if err != nil {
 			cleanup()
 			return nil, err
@@ -256,7 +255,7 @@ func startServer(ctx context.Context, a serverArgs) (*server, error) {
 		select {
 		case err := <-p.exited:
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("postgres exited (%v): %s", err, lastLines(log))
+			return nil, fmt.Errorf("postgres exited (%v): %s", err, serverproc.LastLines(log))
 		default:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -302,21 +301,6 @@ func version(binDir string) int {
 func isExec(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lastLines returns the end of a log or of a command's output, on one line.
-func lastLines(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(0, len(lines)-10):], " / ")
 }
 
 // CreateSchema makes a fresh schema named prefix plus a random suffix on the

@@ -1,0 +1,579 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+// stored is a record as read, with the version its write is checked
+// against.
+type stored struct {
+	rec *backend.Record // nil: no record
+	ver string          // "0" when there is no record
+}
+
+// read reads the record of k.
+func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
+	vals, err := b.c.HMGet(ctx, k.rec, "b", "v").Result()
+	if err != nil {
+		return stored{}, err
+	}
+	return decodeStored(vals)
+}
+
+// decodeStored decodes HMGET's answer for b and v.
+func decodeStored(vals []any) (stored, error) {
+	bs, _ := vals[0].(string)
+	ver, _ := vals[1].(string)
+	if vals[0] == nil || ver == "" {
+		return stored{ver: "0"}, nil
+	}
+	rec, err := backend.DecodeRecord([]byte(bs))
+	if err != nil {
+		return stored{ver: ver}, err
+	}
+	return stored{rec: rec, ver: ver}, nil
+}
+
+// putResult is what putScript did.
+type putResult int
+
+const (
+	putFenced   putResult = -1
+	putConflict putResult = 0
+	putWritten  putResult = 1
+)
+
+// put writes rec over the version ver, fenced by fence (0: not fenced).
+// ttlFrom is when a done or released record's retention starts, for its
+// TTL; zero keeps the key's TTL.
+func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, error) {
+	stale, exp, ttl := "-", "-", "k"
+	if rec.State == backend.StateInProgress {
+		ttl = "0"
+		if !rec.Attention {
+			at := rec.LeaseEnds
+			if rec.NextCheck.After(at) {
+				at = rec.NextCheck
+			}
+			stale = strconv.FormatInt(at.UnixMilli(), 10)
+		}
+	} else {
+		exp = strconv.FormatInt(rec.ExpiresAt.UnixMilli(), 10)
+		if !ttlFrom.IsZero() {
+			ttl = strconv.FormatInt(max(rec.ExpiresAt.Sub(ttlFrom), 0).Milliseconds()+b.margin.Milliseconds(), 10)
+		}
+	}
+	rec.Format = backend.Format
+	args := []any{ver, strconv.FormatUint(fence, 10), backend.EncodeRecord(rec),
+		strconv.FormatUint(rec.Token, 10), strconv.Itoa(int(rec.State)), stale, exp, k.member, ttl}
+	ks := []string{k.rec, k.stale, k.exp, k.ver}
+	var res any
+	var err error
+	if b.replicas > 0 {
+		res, err = b.runWaited(ctx, putScript, ks, args)
+	} else {
+		res, err = putScript.Run(ctx, b.c, ks, args...).Result()
+	}
+	if err != nil {
+		return 0, err
+	}
+	out, ok := res.([]any)
+	if !ok || len(out) == 0 {
+		return 0, fmt.Errorf("unexpected answer %v", res)
+	}
+	n, _ := out[0].(int64)
+	return putResult(n), nil
+}
+
+// runWaited runs s and then WAIT on one connection, and fails unless
+// b.replicas replicas acknowledged the write.
+func (b *Backend) runWaited(ctx context.Context, s *redis.Script, ks []string, args []any) (any, error) {
+	run := func(sha bool) (any, error) {
+		var res *redis.Cmd
+		var acked *redis.Cmd
+		_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if sha {
+				res = s.EvalSha(ctx, p, ks, args...)
+			} else {
+				res = s.Eval(ctx, p, ks, args...)
+			}
+			acked = p.Do(ctx, "WAIT", b.replicas, b.waitMS)
+			return nil
+		})
+		if err := res.Err(); err != nil {
+			return nil, err
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := acked.Int64(); n < int64(b.replicas) {
+			return nil, fmt.Errorf("written on the primary, acknowledged by %d of %d replicas", n, b.replicas)
+		}
+		return res.Val(), nil
+	}
+	res, err := run(true)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = run(false)
+	}
+	return res, err
+}
+
+// Claim implements backend.Backend. It reads the record; if it is
+// claimable it draws a token (INCR) and writes the claim with putScript,
+// which fails if the record changed since it was read: Claim then decides
+// again on the record as it is.
+func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.ClaimArgs) (*backend.Record, bool, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, false, err
+	}
+	k := b.keysOf(scope, key)
+	var tried []uint64 // the tokens this call wrote claims with
+	for {
+		s, err := b.read(ctx, k)
+		if err != nil {
+			return nil, false, backend.Unavailable("claim", err)
+		}
+		if r := s.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
+			// A claim of this call's own whose answer was lost (the
+			// client sent the script again, and found it written).
+			mine := r.State == backend.StateInProgress && slices.Contains(tried, r.Token)
+			return r, mine, nil
+		}
+		if err := b.refused(); err != nil {
+			return nil, false, err
+		}
+		token, err := b.c.Incr(ctx, b.tokensKey()).Uint64()
+		if err != nil {
+			return nil, false, backend.Unavailable("claim", err)
+		}
+		n := newClaim(scope, key, token, args, s.rec)
+		tried = append(tried, token)
+		res, err := b.put(ctx, k, s.ver, 0, n, time.Time{})
+		if err != nil {
+			return nil, false, backend.Unavailable("claim", err)
+		}
+		if res == putWritten {
+			return n, true, nil
+		}
+		if err := b.check(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// newClaim builds a claim with token over rec (nil, released or expired).
+func newClaim(scope, key string, token uint64, args backend.ClaimArgs, rec *backend.Record) *backend.Record {
+	n := &backend.Record{
+		Scope: scope, Key: key, State: backend.StateInProgress,
+		Fingerprint: args.Fingerprint, Token: token,
+		LeaseEnds: args.LeaseEnds, Retention: args.Retention,
+		FirstSeen: args.Now, ClaimedAt: args.Now, Claims: 1, Owner: args.Owner,
+	}
+	// An expired record starts a new life; a released one goes on.
+	if rec != nil && rec.State == backend.StateReleased {
+		n.FirstSeen = rec.FirstSeen
+		n.Claims = rec.Claims + 1
+		n.Attempts, n.MayHaveRunTwice = rec.Attempts, rec.MayHaveRunTwice
+		n.Replays, n.LastReplay = rec.Replays, rec.LastReplay
+		n.Conflicts, n.Mismatches, n.LastRejection = rec.Conflicts, rec.Mismatches, rec.LastRejection
+	}
+	n.AddAttempt(backend.Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner})
+	return n
+}
+
+// fenced runs fn on the record of (scope, key) if it is in progress with
+// token, and writes the record fn leaves, fenced by token; ttlFrom is
+// put's.
+func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint64, ttlFrom time.Time, fn func(rec *backend.Record)) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	k := b.keysOf(scope, key)
+	for {
+		s, err := b.read(ctx, k)
+		if err != nil {
+			return backend.Unavailable(op, err)
+		}
+		rec := s.rec
+		if rec == nil || rec.State != backend.StateInProgress || rec.Token != token {
+			return &backend.FencedError{Scope: scope, Key: key, Token: token}
+		}
+		fn(rec)
+		res, err := b.put(ctx, k, s.ver, token, rec, ttlFrom)
+		switch {
+		case err != nil:
+			return backend.Unavailable(op, err)
+		case res == putWritten:
+			return nil
+		case res == putFenced:
+			return &backend.FencedError{Scope: scope, Key: key, Token: token}
+		}
+		if err := b.check(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// Complete implements backend.Backend.
+func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
+	return b.fenced(ctx, "complete", scope, key, token, c.At, func(rec *backend.Record) {
+		rec.State, rec.Result = backend.StateDone, c.Result.Clone()
+		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
+		rec.EndAttempt(token, c.Ending)
+		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+	})
+}
+
+// Release implements backend.Backend.
+func (b *Backend) Release(ctx context.Context, scope, key string, token uint64, r backend.Releasing) error {
+	return b.fenced(ctx, "release", scope, key, token, r.At, func(rec *backend.Record) {
+		rec.State, rec.ExpiresAt, rec.Recovered = backend.StateReleased, r.ExpiresAt, r.Reason
+		rec.EndAttempt(token, r.Ending)
+		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+		rec.DoneAt = r.At
+	})
+}
+
+// Extend implements backend.Backend.
+func (b *Backend) Extend(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time) error {
+	return b.fenced(ctx, "extend", scope, key, token, time.Time{}, func(rec *backend.Record) {
+		rec.LeaseEnds = leaseEnds
+	})
+}
+
+// Hold implements backend.Holder.
+func (b *Backend) Hold(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time, note string) error {
+	return b.fenced(ctx, "hold", scope, key, token, time.Time{}, func(rec *backend.Record) {
+		rec.LeaseEnds = leaseEnds
+		rec.NoteAttempt(token, note)
+	})
+}
+
+// Defer implements backend.Backend.
+func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {
+	return b.fenced(ctx, "defer", scope, key, token, time.Time{}, func(rec *backend.Record) {
+		rec.Checks, rec.NextCheck, rec.Attention = d.Checks, d.NextCheck, d.Attention
+	})
+}
+
+// Get implements backend.Backend.
+func (b *Backend) Get(ctx context.Context, scope, key string) (*backend.Record, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	s, err := b.read(ctx, b.keysOf(scope, key))
+	if err != nil {
+		return nil, backend.Unavailable("get", err)
+	}
+	if s.rec == nil {
+		return nil, backend.ErrNotFound
+	}
+	return s.rec, nil
+}
+
+// readMany reads the records of ks in one round trip. A record that fails
+// to decode is returned with its error.
+func (b *Backend) readMany(ctx context.Context, ks []keys) ([]stored, []error, error) {
+	cmds := make([]*redis.SliceCmd, len(ks))
+	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range ks {
+			cmds[i] = p.HMGet(ctx, k.rec, "b", "v")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]stored, len(ks))
+	errs := make([]error, len(ks))
+	for i, c := range cmds {
+		out[i], errs[i] = decodeStored(c.Val())
+	}
+	return out, errs, nil
+}
+
+// due reads up to limit members of each shard's index (stale or exp)
+// with a score not after now: a bounded batch per shard, in one round
+// trip.
+func (b *Backend) due(ctx context.Context, index func(keys) string, now time.Time, limit int) ([]keys, error) {
+	cmds := make([]*redis.StringSliceCmd, Shards)
+	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n := range Shards {
+			cmds[n] = p.ZRangeByScore(ctx, index(b.shardKeys(n, "")), &redis.ZRangeBy{
+				Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []keys
+	for n, c := range cmds {
+		for _, m := range c.Val() {
+			out = append(out, b.shardKeys(n, m))
+		}
+	}
+	return out, nil
+}
+
+// Stale implements backend.Backend. Each shard's stale index holds its
+// open claims that do not need attention, scored by when they are due
+// (the later of the lease end and the next check): Stale reads up to
+// limit due members of each and then their records, so its cost follows
+// the number of open claims, never of done records.
+func (b *Backend) Stale(ctx context.Context, now time.Time, limit int) ([]*backend.Record, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	ks, err := b.due(ctx, func(k keys) string { return k.stale }, now, limit)
+	if err != nil || len(ks) == 0 {
+		return nil, backend.Unavailable("stale", err)
+	}
+	recs, errs, err := b.readMany(ctx, ks)
+	if err != nil {
+		return nil, backend.Unavailable("stale", err)
+	}
+	var out []*backend.Record
+	for i, s := range recs {
+		r := s.rec
+		if r == nil && errs[i] == nil {
+			// Deleted by hand: its entry would hold a place in every batch.
+			_ = delScript.Run(ctx, b.c, []string{ks[i].rec, ks[i].stale, ks[i].exp}, "0", ks[i].member).Err()
+			continue
+		}
+		if r != nil && r.Stale(now) && !now.Before(r.NextCheck) && !r.Attention {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LeaseEnds.Before(out[j].LeaseEnds) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Reclaim implements backend.Backend. The server deletes a done or
+// released record by itself once its TTL runs out (its retention from the
+// write, plus Options.ExpiryMargin): Reclaim deletes those the store's
+// clock finds expired before that, through each shard's expiry index, and
+// drops the index entries of records the server already deleted, which
+// it does not return.
+func (b *Backend) Reclaim(ctx context.Context, now time.Time, limit int) ([]backend.Ref, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	var refs []backend.Ref
+	for len(refs) < limit {
+		ks, err := b.due(ctx, func(k keys) string { return k.exp }, now, limit-len(refs))
+		if err != nil {
+			return refs, backend.Unavailable("reclaim", err)
+		}
+		if len(ks) == 0 {
+			break
+		}
+		recs, errs, err := b.readMany(ctx, ks)
+		if err != nil {
+			return refs, backend.Unavailable("reclaim", err)
+		}
+		// An entry whose record is not yet expired by the nanosecond (the
+		// index keeps milliseconds) stays: a pass that settles no entry
+		// ends the call.
+		settled := 0
+		for i, k := range ks {
+			if len(refs) == limit {
+				break
+			}
+			s := recs[i]
+			// A corrupt record is left for an operator; its index entries
+			// go, so that it cannot stall reclamation. So do those of a
+			// record the server deleted.
+			if errs[i] != nil {
+				_ = b.c.ZRem(ctx, k.exp, k.member).Err()
+				settled++
+				continue
+			}
+			r := s.rec
+			if r != nil && (r.State == backend.StateInProgress || now.Before(r.ExpiresAt)) {
+				continue // the scripts keep its index entry current
+			}
+			n, err := delScript.Run(ctx, b.c, []string{k.rec, k.stale, k.exp}, s.ver, k.member).Int()
+			if err != nil {
+				return refs, backend.Unavailable("reclaim", err)
+			}
+			settled++
+			if n == 1 {
+				refs = append(refs, backend.Ref{Scope: r.Scope, Key: r.Key, Token: r.Token})
+			}
+		}
+		if settled == 0 {
+			break
+		}
+	}
+	return refs, nil
+}
+
+// CompleteLate implements backend.LateCompleter: it reads the record,
+// decides, and writes with putScript over the version it read, deciding
+// again if the record changed meanwhile.
+func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uint64, l backend.LateCompletion) (backend.LateOutcome, error) {
+	if err := b.check(ctx); err != nil {
+		return 0, err
+	}
+	k := b.keysOf(scope, key)
+	for {
+		s, err := b.read(ctx, k)
+		if err != nil {
+			return 0, backend.Unavailable("complete late", err)
+		}
+		rec := s.rec
+		out := backend.LateRecorded
+		ttlFrom := l.At
+		switch {
+		case rec == nil:
+			rec = &backend.Record{Scope: scope, Key: key, Token: token, Retention: l.Retention,
+				FirstSeen: l.ClaimedAt, ClaimedAt: l.ClaimedAt, Claims: 1}
+			lateDone(rec, l, token)
+		case rec.State == backend.StateReleased || (rec.State == backend.StateInProgress && rec.Token == token):
+			lateDone(rec, l, token)
+		case rec.State == backend.StateDone && rec.Token == token:
+			return backend.LateRecorded, nil
+		default:
+			out = backend.LateRanTwice
+			rec.MayHaveRunTwice = true
+			rec.Attempts = l.Story(rec.Attempts, token, true)
+			ttlFrom = time.Time{} // the key keeps its TTL, or an open claim none
+		}
+		res, err := b.put(ctx, k, s.ver, 0, rec, ttlFrom)
+		if err != nil {
+			return 0, backend.Unavailable("complete late", err)
+		}
+		if res == putWritten {
+			return out, nil
+		}
+		if err := b.check(ctx); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// lateDone makes rec done with l's result, as LateCompleter says.
+func lateDone(rec *backend.Record, l backend.LateCompletion, token uint64) {
+	rec.State, rec.Result, rec.Fingerprint = backend.StateDone, l.Result.Clone(), l.Fingerprint
+	rec.DoneAt, rec.ExpiresAt, rec.Recovered = l.At, l.ExpiresAt, l.Recovered
+	rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+	rec.Attempts = l.Story(rec.Attempts, token, false)
+}
+
+// AddTallies implements backend.Tallier: a batch is one round trip of
+// reads and one of writes (each a putScript over the version read); the
+// records that changed in between are read and written again.
+func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	byKey := map[[2]string]*backend.Tally{}
+	for _, t := range tallies {
+		id := [2]string{t.Scope, t.Key}
+		if s, ok := byKey[id]; ok {
+			s.Add(t)
+		} else {
+			c := t
+			byKey[id] = &c
+		}
+	}
+	for round := 0; len(byKey) > 0; round++ {
+		if round == 10 {
+			return backend.Unavailable("add tallies", fmt.Errorf("%d records changed under every one of 10 rounds", len(byKey)))
+		}
+		ids := make([][2]string, 0, len(byKey))
+		ks := make([]keys, 0, len(byKey))
+		for id := range byKey {
+			ids = append(ids, id)
+			ks = append(ks, b.keysOf(id[0], id[1]))
+		}
+		recs, errs, err := b.readMany(ctx, ks)
+		if err != nil {
+			return backend.Unavailable("add tallies", err)
+		}
+		for i, id := range ids {
+			s := recs[i]
+			if errs[i] != nil || s.rec == nil {
+				delete(byKey, id) // gone, or left for an operator
+				continue
+			}
+			s.rec.AddTally(*byKey[id])
+			res, err := b.put(ctx, ks[i], s.ver, 0, s.rec, time.Time{})
+			if err != nil {
+				return backend.Unavailable("add tallies", err)
+			}
+			if res == putWritten {
+				delete(byKey, id)
+			}
+		}
+	}
+	return nil
+}
+
+// Scan implements backend.Lister: it walks the store's record keys with
+// SCAN (on every primary of a Cluster), in no particular order. A record
+// that fails to decode is skipped.
+func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	stop := errors.New("stop")
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, "{"+b.prefix+":*}:r:*", 256).Iterator()
+		for it.Next(ctx) {
+			vals, err := c.HMGet(ctx, it.Val(), "b", "v").Result()
+			if err != nil {
+				return err
+			}
+			s, err := decodeStored(vals)
+			if err != nil || s.rec == nil {
+				continue
+			}
+			if !fn(s.rec) {
+				return stop
+			}
+		}
+		return it.Err()
+	}
+	nodes := []redis.UniversalClient{b.c}
+	if cc, ok := b.c.(*redis.ClusterClient); ok {
+		// ForEachMaster calls its function concurrently: gather the
+		// primaries, then walk them one at a time, as fn expects.
+		var mu sync.Mutex // guards nodes
+		nodes = nil
+		err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			nodes = append(nodes, n)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return backend.Unavailable("scan", err)
+		}
+	}
+	for _, n := range nodes {
+		if err := scan(ctx, n); errors.Is(err, stop) {
+			return nil
+		} else if err != nil {
+			return backend.Unavailable("scan", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package redisstore_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+func claimArgs(now time.Time) backend.ClaimArgs {
+	return backend.ClaimArgs{Fingerprint: "fp", Now: now, LeaseEnds: now.Add(10 * time.Second), Retention: time.Hour}
+}
+
+// keysOf lists the server's keys under prefix.
+func keysOf(t *testing.T, c *redis.Client, prefix string) []string {
+	ks, err := c.Keys(ctx, "*"+prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+func TestBackend_Keys_OneSlotPerRecordAndItsIndexes(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Now()
+	rec, _, err := b.Claim(ctx, "tenant", "k", claimArgs(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Cluster hashes only the {tag} of a key: the record and the
+	// indexes and counter its scripts touch share one.
+	var recKey string
+	for _, k := range keysOf(t, c, b.Prefix()) {
+		if strings.Contains(k, ":r:") {
+			recKey = k
+		}
+	}
+	if recKey == "" {
+		t.Fatal("no record key")
+	}
+	tag := recKey[:strings.Index(recKey, "}")+1]
+	for _, suffix := range []string{":stale", ":ver"} {
+		if n, _ := c.Exists(ctx, tag+suffix).Result(); n != 1 {
+			t.Fatalf("%s%s missing beside the record %q", tag, suffix, recKey)
+		}
+	}
+	// An open claim has no TTL; a done record has its retention plus the
+	// margin, on the server's clock.
+	if ttl, _ := c.PTTL(ctx, recKey).Result(); ttl != -1 {
+		t.Fatalf("an open claim's TTL is %v, want none", ttl)
+	}
+	if err := b.Complete(ctx, "tenant", "k", rec.Token, backend.Completion{Result: backend.Result{Status: 200}, At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ttl, _ := c.PTTL(ctx, recKey).Result()
+	if ttl < time.Hour || ttl > time.Hour+time.Minute {
+		t.Fatalf("a done record's TTL is %v, want an hour and up to a minute", ttl)
+	}
+	if n, _ := c.ZCard(ctx, tag+":stale").Result(); n != 0 {
+		t.Fatalf("a done record is still in the stale index")
+	}
+	if n, _ := c.ZCard(ctx, tag+":exp").Result(); n != 1 {
+		t.Fatalf("a done record is not in the expiry index")
+	}
+}
+
+func TestBackend_Claim_TokensFromIncr(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Now()
+	var last uint64
+	for i := range 5 {
+		rec, claimed, err := b.Claim(ctx, "s", "k", claimArgs(now))
+		if err != nil || !claimed {
+			t.Fatalf("claim %d: %v %v", i, claimed, err)
+		}
+		if rec.Token <= last {
+			t.Fatalf("token %d after %d", rec.Token, last)
+		}
+		last = rec.Token
+		if err := b.Release(ctx, "s", "k", rec.Token, backend.Releasing{At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBackend_Reclaim_ServerExpiredRecordsLeaveNoEntries(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Now()
+	rec, _, err := b.Claim(ctx, "s", "gone", claimArgs(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Complete(ctx, "s", "gone", rec.Token, backend.Completion{At: now, ExpiresAt: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	deleteByHand(t, c, b.Prefix(), "s\x00gone") // as its TTL would
+	refs, err := b.Reclaim(ctx, now.Add(2*time.Minute), 10)
+	if err != nil || len(refs) != 0 {
+		t.Fatalf("Reclaim = %v, %v; want nothing it deleted", refs, err)
+	}
+	noEntries(t, c, b.Prefix(), ":exp")
+}
+
+// deleteByHand deletes the record key of member under prefix.
+func deleteByHand(t *testing.T, c *redis.Client, prefix, member string) {
+	t.Helper()
+	deleted := 0
+	for _, k := range keysOf(t, c, prefix) {
+		if strings.HasSuffix(k, ":r:"+member) {
+			deleted += int(c.Del(ctx, k).Val())
+		}
+	}
+	if deleted != 1 {
+		t.Fatalf("deleted %d keys", deleted)
+	}
+}
+
+// noEntries fails unless every index of kind (":exp", ":stale") under
+// prefix is empty.
+func noEntries(t *testing.T, c *redis.Client, prefix, kind string) {
+	t.Helper()
+	for _, k := range keysOf(t, c, prefix) {
+		if strings.HasSuffix(k, kind) {
+			if n, _ := c.ZCard(ctx, k).Result(); n != 0 {
+				t.Fatalf("%s keeps %d entries", k, n)
+			}
+		}
+	}
+}
+
+func TestBackend_Stale_DropsEntriesOfDeletedRecords(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Now()
+	if _, _, err := b.Claim(ctx, "s", "gone", claimArgs(now)); err != nil {
+		t.Fatal(err)
+	}
+	deleteByHand(t, c, b.Prefix(), "s\x00gone")
+	recs, err := b.Stale(ctx, now.Add(time.Hour), 10)
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("Stale = %v, %v", recs, err)
+	}
+	noEntries(t, c, b.Prefix(), ":stale")
+}
+
+func TestBackend_Reclaim_WithinTheMillisecondOfExpiry(t *testing.T) {
+	c := client(t)
+	b := newBackend(t, c, nil)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 100_000, time.UTC) // 0.1 ms past a millisecond
+	rec, _, err := b.Claim(ctx, "s", "k", claimArgs(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := now.Add(500 * time.Microsecond) // the same millisecond
+	if err := b.Complete(ctx, "s", "k", rec.Token, backend.Completion{At: now, ExpiresAt: exp}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		refs, err := b.Reclaim(ctx, now, 10)
+		if err != nil || len(refs) != 0 {
+			t.Errorf("Reclaim before expiry = %v, %v", refs, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reclaim spins on an entry due by its millisecond but not yet expired")
+	}
+	refs, err := b.Reclaim(ctx, exp, 10)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("Reclaim at expiry = %v, %v", refs, err)
+	}
+}
