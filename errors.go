@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/keyring"
 )
 
 // The errors of idem's calls. Those of Begin and Do come first: each maps
@@ -48,6 +49,12 @@ var (
 	// is damaged, or written by a newer release. The key is refused, never
 	// run again, until an operator acts (idem verify, idem settle).
 	ErrCorrupt = backend.ErrCorrupt
+
+	// ErrMissingKey is returned when a record's result is sealed under a
+	// key that Options.Keys does not hold; the concrete error is a
+	// *MissingKeyError. The record is kept as it is, never replayed as
+	// something else and never run again, until the store gets the key.
+	ErrMissingKey = keyring.ErrMissingKey
 
 	// ErrNotFound is returned by Store.Get and Settle for a key with no
 	// record.
@@ -235,7 +242,7 @@ func (e *SavedError) Error() string { return e.Message }
 func DefaultErrorText(err error) string {
 	for _, known := range []error{context.Canceled, context.DeadlineExceeded, ErrUnavailable, ErrClosed,
 		ErrRanTwice, ErrOutcomeNotRecorded, ErrFenced, ErrClaimDone, ErrInProgress, ErrMismatch, ErrOutcomeUnknown,
-		ErrInvalidKey, ErrCorrupt, ErrNotFound} {
+		ErrInvalidKey, ErrCorrupt, ErrMissingKey, ErrNotFound} {
 		if errors.Is(err, known) {
 			return known.Error()
 		}
@@ -323,3 +330,7 @@ func (e *RanTwiceError) Unwrap() error { return e.Err }
 func (e *RanTwiceError) Is(target error) bool {
 	return target == ErrRanTwice || target == ErrOutcomeNotRecorded
 }
+
+// MissingKeyError is returned when a record's result is sealed under a key
+// Options.Keys does not hold; it matches ErrMissingKey.
+type MissingKeyError = keyring.MissingKeyError
