@@ -115,6 +115,11 @@ var (
 	// what it stores (it does not implement backend.Verifier).
 	ErrNoVerify = errors.New("idem: the backend does not verify its storage")
 
+	// ErrNoRekey is returned by Store.Rekey when the store has no keyring
+	// (Options.Keys), or its backend cannot list and reseal records
+	// (backend.Lister, backend.Resealer).
+	ErrNoRekey = errors.New("idem: rekey needs Options.Keys and a backend that lists and reseals records")
+
 	// ErrNoTx is returned by DoTx when the store's backend does not run
 	// effects in transactions of the effect's type.
 	ErrNoTx = errors.New("idem: the backend does not run effects in such a transaction")

@@ -291,3 +291,31 @@ func testBackendCopies(t *testing.T, nb source) {
 	require.Equal(t, "body", string(again.Result.Body))
 	require.Equal(t, "fp", again.Fingerprint)
 }
+
+// testBackendReseal: Reseal replaces a done record's result and nothing
+// else, and only with the record's token (backends that implement
+// backend.Resealer).
+func testBackendReseal(t *testing.T, nb source) {
+	b := nb.open(t)
+	closeBackend(t, b)
+	rs, ok := b.(backend.Resealer)
+	if !ok {
+		t.Skip("the backend does not implement backend.Resealer")
+	}
+	now := epoch
+	rec, _, err := b.Claim(ctx, "s", "k", args("fp", now))
+	require.NoError(t, err)
+	require.ErrorIs(t, rs.Reseal(ctx, "s", "k", rec.Token, okResult("x")), backend.ErrFenced, "in progress")
+	require.ErrorIs(t, rs.Reseal(ctx, "s", "absent", 1, okResult("x")), backend.ErrFenced, "absent")
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: okResult("old"),
+		At: now, ExpiresAt: now.Add(retention), Ending: backend.Ending{At: now, Outcome: "completed", Status: 200}}))
+	before, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.ErrorIs(t, rs.Reseal(ctx, "s", "k", rec.Token+1, okResult("x")), backend.ErrFenced, "another token")
+	require.NoError(t, rs.Reseal(ctx, "s", "k", rec.Token, okResult("new")))
+	after, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, "new", string(after.Result.Body))
+	after.Result = before.Result
+	require.Equal(t, before, after, "Reseal changed more than the result")
+}

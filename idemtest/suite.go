@@ -71,6 +71,7 @@ func run(t *testing.T, src source) {
 		{"Backend_StoresEnding", testBackendEnding},
 		{"Backend_LateRecorded", testBackendLateRecorded},
 		{"Backend_LateRanTwice", testBackendLateRanTwice},
+		{"Backend_Reseal", testBackendReseal},
 		{"Cache_ReplaysWithoutBackend", testReplayCache},
 		{"Cache_RecoveredResult", testReplayCacheRecovery},
 		{"Contract_ClaimAbsent", testContractClaimAbsent},

@@ -2,7 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -97,4 +101,51 @@ func TestEncryption_NothingInClear(t *testing.T) {
 			require.False(t, leaks([]byte(export)), "the export holds the marker:\n%s", export)
 		})
 	}
+}
+
+// writeKey writes a key file named id.key holding b repeated, in hex.
+func writeKey(t *testing.T, dir, id string, b byte) string {
+	t.Helper()
+	p := filepath.Join(dir, id+".key")
+	require.NoError(t, os.WriteFile(p, []byte(hex.EncodeToString(bytes.Repeat([]byte{b}, keyring.KeySize))+"\n"), 0o600))
+	return p
+}
+
+// idem rekey seals every result under the active key; run again it has
+// nothing to do; without the old key, inspect still reads every record;
+// a store read without the key it needs says which key is missing.
+func TestRekeyCommand(t *testing.T) {
+	keys := t.TempDir()
+	oldKey, newKey := writeKey(t, keys, "2026-12", 1), writeKey(t, keys, "2027-01", 2)
+	ring, err := loadKeys(context.Background(), oldKey)
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := idem.Open(dir, &idem.Options{SweepInterval: -1, Keys: ring})
+	require.NoError(t, err)
+	n := idemtest.StoreSecrets(t, s, secretMarker)
+	require.NoError(t, s.Close())
+
+	code, _, errOut := runIdem(t, "rekey", dir)
+	require.Equal(t, 2, code, "rekey without keys is a usage error: %s", errOut)
+	require.Contains(t, errOut, keysEnv)
+
+	out := mustRun(t, "rekey", dir, "-keys", newKey+","+oldKey, "-json")
+	var r idem.RekeyReport
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, idem.RekeyReport{Scanned: n, Rekeyed: n}, r)
+
+	t.Setenv(keysEnv, newKey+","+oldKey)
+	out = mustRun(t, "rekey", dir)
+	require.Contains(t, out, fmt.Sprintf("%d results scanned, 0 sealed again under 2027-01, %d already under it", n, n))
+
+	t.Setenv(keysEnv, "")
+	out = mustRun(t, "inspect", dir, "-scope", "tenant-a", "-keys", newKey, "secret-result")
+	require.Contains(t, out, "secret-result")
+	code, _, errOut = runIdem(t, "inspect", dir, "-scope", "tenant-a", "-keys", oldKey, "secret-result")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `key "2027-01"`)
+	code, out, _ = runIdem(t, "rekey", dir, "-keys", oldKey)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, fmt.Sprintf("left: %d missing their key (2027-01)", n))
+	require.Empty(t, storeDirLeaks(t, dir))
 }
