@@ -179,3 +179,26 @@ func ExampleFetch() {
 	fmt.Println("active key:", r.Active())
 	// Output: active key: 2026-12
 }
+
+// BenchmarkRing measures sealing and opening a result of the size the
+// bench/ suite saves (a 90-byte body and one header).
+func BenchmarkRing(b *testing.B) {
+	r := ring(b, "bench")
+	const fp = "idemfp2-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
+	res := backend.Result{Status: 200, Header: map[string][]string{"Content-Type": {"application/json"}},
+		Body: []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)}
+	sealed, err := r.Seal(res, "tenant-a", "refund:order-1004", fp)
+	require.NoError(b, err)
+	b.Run("Seal", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = r.Seal(res, "tenant-a", "refund:order-1004", fp)
+		}
+	})
+	b.Run("Open", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_, _ = r.Open(&sealed, "tenant-a", "refund:order-1004", fp)
+		}
+	})
+}
