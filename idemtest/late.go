@@ -257,6 +257,7 @@ func testDoLateRecorded(t *testing.T, nb source) {
 		got := e.replay(r)
 		require.Equal(t, 201, got.Status)
 		require.Equal(t, "late", string(got.Body))
+		e.requireSealed(nb, r)
 		rec := e.get(r)
 		require.False(t, rec.MayHaveRunTwice)
 		last := rec.Attempts[len(rec.Attempts)-1]

@@ -28,6 +28,7 @@ func testRecoveryCommitted(t *testing.T, nb source) {
 	require.Equal(t, backend.StateDone, rec.State)
 	require.Equal(t, "committed", rec.Recovered)
 	require.True(t, rec.ExpiresAt.Equal(e.clk.Now().Add(retention)))
+	e.requireSealed(nb, r)
 	e.replay(r)
 	require.Equal(t, 1, res.n(), "a resolved claim is not asked about again")
 	require.Equal(t, 1, e.events.count(idem.EventRecovered, "k"))
