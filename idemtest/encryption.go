@@ -156,6 +156,11 @@ func testEncryptedKeys(t *testing.T, nb source) {
 		At: now, ExpiresAt: now.Add(retention), Ending: backend.Ending{At: now, Outcome: "completed", Status: 201}}))
 	_, _, err = e.store.Begin(ctx, req("bad", "fp"))
 	require.ErrorIs(t, err, idem.ErrCorrupt)
+	// The right key id with another secret: corrupt, never a wrong replay.
+	wrong, err := keyring.New(keyring.Key{ID: nb.keys.Active(), Secret: bytes.Repeat([]byte{7}, keyring.KeySize)})
+	require.NoError(t, err)
+	_, _, err = e.otherStore(wrong).Begin(ctx, req("k", "fp"))
+	require.ErrorIs(t, err, idem.ErrCorrupt)
 	// Copied under another key: does not open either.
 	good, err := e.b.Get(ctx, "tenant-a", "k")
 	require.NoError(t, err)
@@ -198,4 +203,62 @@ func StoreSecrets(t testing.TB, s *idem.Store, secret string) int {
 	_, err = idem.NewJournal(s, nil).Plan(ctx, "run-"+secret[:4], 1, "refund", []byte(`{"iban":"`+secret+`"}`))
 	require.NoError(t, err)
 	return 4
+}
+
+// rekeyable is a backend a second Store shares without closing it, with
+// what Store.Rekey needs of it.
+type rekeyable struct {
+	backend.Backend
+	backend.Lister
+	backend.Resealer
+}
+
+func (rekeyable) Close() error { return nil }
+
+// testEncryptedRekey: Store.Rekey seals every result again under a new
+// active key (those in clear too), a second run has nothing to do, and the
+// old keys can then leave the ring (backends that list and reseal).
+func testEncryptedRekey(t *testing.T, nb source) {
+	if nb.keys == nil {
+		return
+	}
+	e := newEnv(t, nb)
+	lister, ok := e.b.(backend.Lister)
+	resealer, ok2 := e.b.(backend.Resealer)
+	if !ok || !ok2 {
+		t.Skip("the backend is no backend.Lister and backend.Resealer")
+	}
+	n := StoreSecrets(t, e.store, marker)
+	plain := e.otherStore(nil)
+	c, _, err := plain.Begin(ctx, req("plain", "fp"))
+	require.NoError(t, err)
+	require.NoError(t, c.Complete(ctx, okResult("clear")))
+	n++
+
+	newer := keyring.Key{ID: "newer", Secret: bytes.Repeat([]byte{8}, keyring.KeySize)}
+	rotated, err := keyring.New(newer, keyring.Key{ID: "suite-new", Secret: bytes.Repeat([]byte{2}, keyring.KeySize)})
+	require.NoError(t, err)
+	s := idem.New(rekeyable{e.b, lister, resealer}, &idem.Options{Clock: e.clk, SweepInterval: -1, Lease: lease,
+		Retention: retention, CloseTimeout: time.Millisecond, Keys: rotated})
+	t.Cleanup(func() { _ = s.Close() })
+	r, err := s.Rekey(ctx)
+	require.NoError(t, err)
+	require.Equal(t, idem.RekeyReport{Scanned: n, Rekeyed: n}, *r)
+	r, err = s.Rekey(ctx)
+	require.NoError(t, err)
+	require.Equal(t, idem.RekeyReport{Scanned: n, Current: n}, *r)
+
+	only, err := keyring.New(newer)
+	require.NoError(t, err)
+	fresh := e.otherStore(only)
+	_, res, err := fresh.Begin(ctx, req("secret-result", "fp"))
+	require.NoError(t, err)
+	require.Contains(t, string(res.Body), marker)
+	_, res, err = fresh.Begin(ctx, req("plain", "fp"))
+	require.NoError(t, err)
+	require.Equal(t, "clear", string(res.Body))
+	raw, err := e.b.Get(ctx, "tenant-a", "plain")
+	require.NoError(t, err)
+	id, sealed := keyring.Sealed(raw.Result)
+	require.True(t, sealed && id == "newer", "the result saved in clear is sealed by Rekey")
 }

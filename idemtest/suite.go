@@ -118,6 +118,7 @@ func run(t *testing.T, src source) {
 		{"Story_Bounded", testStoryBounded},
 		{"Encryption_AtRest", testEncryptedAtRest},
 		{"Encryption_KeysAndTampering", testEncryptedKeys},
+		{"Encryption_Rekey", testEncryptedRekey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, src) })
