@@ -157,6 +157,12 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 		}
 		switch {
 		case rec.State == StateDone:
+			if err := s.open(req.Scope, req.Key, rec); err != nil {
+				// Held for the operator: never replayed as something else,
+				// never run again.
+				s.observeErr("replay", req.Scope, req.Key, rec.Token, err)
+				return nil, nil, err
+			}
 			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
 			s.count(req.Scope, req.Key, EventReplayed, now)
 			res := rec.Result
@@ -285,7 +291,11 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 		switch d {
 		case DecisionSave:
 			kind = EventCompleted
-			comp := completion(res, now, expiresAt(now, c.retention), "")
+			sealed, err := s.seal(c.scope, c.key, c.fingerprint, res)
+			if err != nil {
+				return err
+			}
+			comp := completion(sealed, now, expiresAt(now, c.retention), "")
 			write := s.b.Complete
 			if c.commit != nil {
 				write = func(ctx context.Context, _, _ string, _ uint64, comp backend.Completion) error {

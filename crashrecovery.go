@@ -153,11 +153,15 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 	}
 	switch res.Verdict {
 	case VerdictCommitted:
-		comp := completion(res.Result, now, expiresAt(now, retention), VerdictCommitted.String())
+		var sealed Result
+		sealed, err = s.seal(rec.Scope, rec.Key, rec.Fingerprint, res.Result)
+		comp := completion(sealed, now, expiresAt(now, retention), VerdictCommitted.String())
 		if s.panicked(rec) {
 			comp.Ending.Reason = panicNote
 		}
-		err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
+		if err == nil {
+			err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
+		}
 		if err == nil && len(res.Result.Body) <= hotMaxBody {
 			s.keep(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
 				ExpiresAt: comp.ExpiresAt, Result: res.Result.Clone()})

@@ -98,6 +98,11 @@
 //     to 100 ms early. Any other Clock is read on every request.
 //   - The embedded backend (badgerstore) serves one process at a time (it locks its
 //     directory); use pgstore for several replicas.
+//   - Saved responses are stored in clear unless Options.Keys is set; with
+//     it, result bodies and headers, saved errors and journal arguments are
+//     encrypted before any backend sees them, while scopes, keys,
+//     fingerprints, states, times, counts and status codes stay in clear:
+//     keys and scopes must not carry secrets (docs/encryption.md).
 //   - A store directory holds saved responses. Open (for writing) makes it
 //     0700 and the files in it 0600, whatever the umask or the mode it was
 //     created with, and every file and directory the store creates later

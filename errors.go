@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/keyring"
 )
 
 // The errors of idem's calls. Those of Begin and Do come first: each maps
@@ -48,6 +49,12 @@ var (
 	// is damaged, or written by a newer release. The key is refused, never
 	// run again, until an operator acts (idem verify, idem settle).
 	ErrCorrupt = backend.ErrCorrupt
+
+	// ErrMissingKey is returned when a record's result is sealed under a
+	// key that Options.Keys does not hold; the concrete error is a
+	// *MissingKeyError. The record is kept as it is, never replayed as
+	// something else and never run again, until the store gets the key.
+	ErrMissingKey = keyring.ErrMissingKey
 
 	// ErrNotFound is returned by Store.Get and Settle for a key with no
 	// record.
@@ -107,6 +114,11 @@ var (
 	// ErrNoVerify is returned by Store.Verify when the backend cannot verify
 	// what it stores (it does not implement backend.Verifier).
 	ErrNoVerify = errors.New("idem: the backend does not verify its storage")
+
+	// ErrNoRekey is returned by Store.Rekey when the store has no keyring
+	// (Options.Keys), or its backend cannot list and reseal records
+	// (backend.Lister, backend.Resealer).
+	ErrNoRekey = errors.New("idem: rekey needs Options.Keys and a backend that lists and reseals records")
 
 	// ErrNoTx is returned by DoTx when the store's backend does not run
 	// effects in transactions of the effect's type.
@@ -235,7 +247,7 @@ func (e *SavedError) Error() string { return e.Message }
 func DefaultErrorText(err error) string {
 	for _, known := range []error{context.Canceled, context.DeadlineExceeded, ErrUnavailable, ErrClosed,
 		ErrRanTwice, ErrOutcomeNotRecorded, ErrFenced, ErrClaimDone, ErrInProgress, ErrMismatch, ErrOutcomeUnknown,
-		ErrInvalidKey, ErrCorrupt, ErrNotFound} {
+		ErrInvalidKey, ErrCorrupt, ErrMissingKey, ErrNotFound} {
 		if errors.Is(err, known) {
 			return known.Error()
 		}
@@ -323,3 +335,7 @@ func (e *RanTwiceError) Unwrap() error { return e.Err }
 func (e *RanTwiceError) Is(target error) bool {
 	return target == ErrRanTwice || target == ErrOutcomeNotRecorded
 }
+
+// MissingKeyError is returned when a record's result is sealed under a key
+// Options.Keys does not hold; it matches ErrMissingKey.
+type MissingKeyError = keyring.MissingKeyError

@@ -57,14 +57,18 @@ func (s *Store) completeLate(ctx context.Context, c *Claim, claimedAt time.Time,
 		return unrecorded(nil)
 	}
 	now := s.now()
+	sealed, err := s.seal(c.scope, c.key, c.fingerprint, saved)
+	if err != nil {
+		return unrecorded(err)
+	}
 	l := backend.LateCompletion{
-		Completion:  completion(saved, now, expiresAt(now, c.retention), ""),
+		Completion:  completion(sealed, now, expiresAt(now, c.retention), ""),
 		Fingerprint: c.fingerprint, Retention: c.retention, ClaimedAt: claimedAt, Owner: s.owner,
 		Twice: backend.Ending{At: now, Outcome: outcomeRanTwice, Status: saved.Status},
 	}
 	l.Ending.Outcome = outcomeLate
 	var out backend.LateOutcome
-	err := s.call(func() (err error) {
+	err = s.call(func() (err error) {
 		out, err = lc.CompleteLate(ctx, c.scope, c.key, c.token, l)
 		return err
 	})

@@ -70,7 +70,11 @@ func (s *Store) settleLost(ctx context.Context, rec *Record, result Result, now 
 	if retention <= 0 {
 		retention = s.o.Retention
 	}
-	comp := completion(result, now, expiresAt(now, retention), VerdictCommitted.String())
+	sealed, err := s.seal(rec.Scope, rec.Key, rec.Fingerprint, result)
+	if err != nil {
+		return nil, err
+	}
+	comp := completion(sealed, now, expiresAt(now, retention), VerdictCommitted.String())
 	comp.Ending.Reason = backend.LossNote
 	if err := s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) }); err != nil {
 		// The claim stays in progress: recovery asks again once its lease ends.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/keyring"
 )
 
 // Defaults for zero Options fields. Retention and Lease are exported for
@@ -184,6 +185,20 @@ type Options struct {
 	// exceed its share. Mapped table files are page cache, not counted.
 	// docs/memory.md has the split and what it holds.
 	MemoryBudget int64
+
+	// Keys, if set, encrypts what a record keeps of the caller's data (a
+	// result's body and headers, a saved error's text, a Journal's
+	// arguments) with the ring's active key before any backend sees it,
+	// and decrypts it on replay and in Get (package keyring,
+	// docs/encryption.md). Records sealed under older keys of the ring stay
+	// readable; records written before encryption was turned on too. A
+	// record sealed under a key the ring does not hold is refused with a
+	// *MissingKeyError (ErrMissingKey), never replayed or run again.
+	// Scopes, keys, fingerprints, states, times, tokens, counts and status
+	// codes stay in clear: keys and scopes must not carry secrets. Default
+	// none: results are stored as they are, and a sealed one is refused
+	// with ErrMissingKey.
+	Keys *keyring.Ring
 }
 
 func (o *Options) withDefaults() Options {

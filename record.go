@@ -57,3 +57,29 @@ func releasing(at, expires time.Time, reason string) backend.Releasing {
 // syncs every commit to the disk before it is acknowledged; Fast only
 // survives a crash of the process (backend.Durability has the detail).
 type Durability = backend.Durability
+
+// seal returns res as the backend stores it for (scope, key, fp): sealed
+// under the active key of Options.Keys, or as it is without a keyring.
+// Every path that hands a Result to the backend goes through it.
+func (s *Store) seal(scope, key, fp string, res Result) (Result, error) {
+	if s.o.Keys == nil {
+		return res, nil
+	}
+	return s.o.Keys.Seal(res, scope, key, fp)
+}
+
+// open replaces rec's result, if sealed, with the result it seals; a key
+// missing from the ring or a ciphertext that does not open leaves rec as
+// it is and returns the error. Every path that hands a stored Result to a
+// caller goes through it.
+func (s *Store) open(scope, key string, rec *Record) error {
+	if rec == nil || rec.Result == nil {
+		return nil
+	}
+	res, err := s.o.Keys.Open(rec.Result, scope, key, rec.Fingerprint)
+	if err != nil {
+		return err
+	}
+	rec.Result = res
+	return nil
+}

@@ -54,10 +54,14 @@ func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result
 		retention = s.o.Retention
 	}
 	words := settledPrefix + v.String()
+	sealed, err := s.seal(scope, key, rec.Fingerprint, result)
+	if err != nil {
+		return err
+	}
 	s.hot.drop(scope, key, 0)
 	err = s.call(func() error {
 		if v == VerdictCommitted {
-			return s.b.Complete(ctx, scope, key, rec.Token, backend.Completion{Result: result, At: now,
+			return s.b.Complete(ctx, scope, key, rec.Token, backend.Completion{Result: sealed, At: now,
 				ExpiresAt: expiresAt(now, retention), Recovered: words,
 				Ending: backend.Ending{At: now, Outcome: words, Reason: note, Status: result.Status}})
 		}

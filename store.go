@@ -264,7 +264,9 @@ func (s *Store) observeErr(op, scope, key string, token uint64, err error) {
 // Get returns the stored record of (scope, key) as it is, for inspection:
 // it may be in progress, done, released or expired but not yet reclaimed.
 // It reads idem's own scopes (ReservedScopePrefix) too.
-// It returns ErrNotFound when nothing is stored.
+// It returns ErrNotFound when nothing is stored. A result sealed with
+// Options.Keys is opened; one under a key the ring does not hold gives a
+// *MissingKeyError, one that does not open ErrCorrupt.
 func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 	if err := validate(scope, key, true); err != nil {
 		return nil, err
@@ -274,7 +276,13 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 		rec, err = s.b.Get(ctx, scope, key)
 		return err
 	})
-	return rec, err
+	if err != nil {
+		return nil, err
+	}
+	if err := s.open(scope, key, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // validate checks a caller's scope and key; idem's own callers (the

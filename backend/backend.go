@@ -206,6 +206,19 @@ type Holder interface {
 	Hold(ctx context.Context, scope, key string, token uint64, leaseEnds time.Time, note string) error
 }
 
+// Resealer is implemented by backends that can replace the result of a
+// done record in place, which Store.Rekey does to seal results again
+// under the keyring's active key.
+type Resealer interface {
+	// Reseal sets the Result of the record of (scope, key) to res if it is
+	// done with token, and changes nothing else (state, story, counts,
+	// times, expiry). Otherwise it returns an error wrapping ErrFenced and
+	// changes nothing. The fence is enough: a done record's result never
+	// changes while its token stays, but through Reseal, which only writes
+	// the same result sealed again.
+	Reseal(ctx context.Context, scope, key string, token uint64, res Result) error
+}
+
 // Committer commits an effect's own writes together with its claim's
 // completion, in one transaction of the backend's (TxEffect).
 type Committer interface {

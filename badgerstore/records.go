@@ -186,6 +186,18 @@ func (b *Backend) newClaim(t *engine.Txn, scope, key string, id []byte, args bac
 // token, and writes the record fn leaves.
 func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint64, ttlFrom time.Time,
 	fn func(t *engine.Txn, id []byte, rec *backend.Record)) error {
+	return b.fencedIn(ctx, op, scope, key, token, backend.StateInProgress,
+		func(t *engine.Txn, id []byte, rec *backend.Record) time.Time {
+			fn(t, id, rec)
+			return ttlFrom
+		})
+}
+
+// fencedIn runs fn on the record of (scope, key) if it is in state with
+// token, and writes the record fn leaves, with fn's result as put's
+// ttlFrom.
+func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uint64, state backend.State,
+	fn func(t *engine.Txn, id []byte, rec *backend.Record) time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -195,11 +207,10 @@ func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint6
 		if err != nil {
 			return err
 		}
-		if rec == nil || rec.State != backend.StateInProgress || rec.Token != token {
+		if rec == nil || rec.State != state || rec.Token != token {
 			return &backend.FencedError{Scope: scope, Key: key, Token: token}
 		}
-		fn(t, id, rec)
-		return b.put(t, id, rec, ttlFrom)
+		return b.put(t, id, rec, fn(t, id, rec))
 	})
 	return backend.Unavailable(op, err)
 }
@@ -249,6 +260,17 @@ func (b *Backend) Hold(ctx context.Context, scope, key string, token uint64, lea
 }
 
 var _ backend.Holder = (*Backend)(nil)
+
+// Reseal implements backend.Resealer.
+func (b *Backend) Reseal(ctx context.Context, scope, key string, token uint64, res backend.Result) error {
+	return b.fencedIn(ctx, "reseal", scope, key, token, backend.StateDone,
+		func(_ *engine.Txn, _ []byte, rec *backend.Record) time.Time {
+			rec.Result = res.Clone()
+			return rec.DoneAt // Badger's TTL counts from DoneAt, as Complete set it
+		})
+}
+
+var _ backend.Resealer = (*Backend)(nil)
 
 // Defer implements Backend.
 func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/keyring"
 )
 
 // idemContenders returns idem on its embedded Badger backend in both
@@ -21,21 +23,39 @@ func idemContenders() []Contender {
 			Name: "idem", Kind: "idem", Durable: true, Portable: true,
 			Config: "idem.Open on Badger, Durability: Durable (the default: every commit synced before it is acknowledged); " +
 				"Begin + Claim.Complete per cycle, Store.Do for hot keys",
-			Open: func(ctx context.Context, dir string) (Store, error) { return openBadgerIdem(dir, idem.Durable, 0) },
+			Open: func(ctx context.Context, dir string) (Store, error) { return openBadgerIdem(dir, idem.Durable, 0, nil) },
 		},
 		{
 			Name: "idem-fast", Kind: "idem", Durable: false, SameData: "idem", Portable: true,
 			Config: "idem.Open on Badger, Durability: Fast (commits reach the page cache: survives a process crash, not a power loss)",
-			Open:   func(ctx context.Context, dir string) (Store, error) { return openBadgerIdem(dir, idem.Fast, 0) },
+			Open:   func(ctx context.Context, dir string) (Store, error) { return openBadgerIdem(dir, idem.Fast, 0, nil) },
 		},
 		{
 			Name: "idem-budget32", Kind: "idem", Durable: true, SameData: "idem", Portable: true,
 			Config: "idem.Open on Badger, Durability: Durable, Options.MemoryBudget: 32 MiB",
 			Open: func(ctx context.Context, dir string) (Store, error) {
-				return openBadgerIdem(dir, idem.Durable, budgetContenderBytes)
+				return openBadgerIdem(dir, idem.Durable, budgetContenderBytes, nil)
+			},
+		},
+		{
+			Name: "idem-encrypted", Kind: "idem", Durable: true, SameData: "idem", Portable: true,
+			Config: "idem.Open on Badger, Durability: Durable, Options.Keys: a keyring of one AES-256-GCM key " +
+				"(every result sealed before it is stored, opened on replay)",
+			Open: func(ctx context.Context, dir string) (Store, error) {
+				return openBadgerIdem(dir, idem.Durable, 0, benchRing())
 			},
 		},
 	}
+}
+
+// benchRing is the keyring of the idem-encrypted contender: one key, of
+// fixed bytes (the suite measures, it keeps no secret).
+func benchRing() *keyring.Ring {
+	r, err := keyring.New(keyring.Key{ID: "bench", Secret: bytes.Repeat([]byte{0x42}, keyring.KeySize)})
+	if err != nil {
+		panic(err) // a fixed, valid key
+	}
+	return r
 }
 
 // budgetContenderBytes is the MemoryBudget of the idem-budget32 contender,
@@ -78,8 +98,9 @@ type idemStore struct {
 }
 
 // openBadgerIdem opens idem on Badger in dir. budget is the store's
-// memory budget in bytes, zero for the default.
-func openBadgerIdem(dir string, d idem.Durability, budget int64) (*idemStore, error) {
+// memory budget in bytes, zero for the default; keys, if not nil,
+// encrypts its results.
+func openBadgerIdem(dir string, d idem.Durability, budget int64, keys *keyring.Ring) (*idemStore, error) {
 	return newIdemStore(func(load bool) (*idem.Store, func() error, error) {
 		mode := d
 		if load {
@@ -87,6 +108,7 @@ func openBadgerIdem(dir string, d idem.Durability, budget int64) (*idemStore, er
 		}
 		o := idemOptions(mode, benchResult)
 		o.MemoryBudget = budget // zero: the default
+		o.Keys = keys
 		s, err := idem.Open(dir, o)
 		if err != nil {
 			return nil, nil, err

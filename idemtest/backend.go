@@ -19,8 +19,8 @@ func args(fp string, now time.Time) backend.ClaimArgs {
 	return backend.ClaimArgs{Fingerprint: fp, Now: now, LeaseEnds: now.Add(lease), Retention: retention, Owner: "test"}
 }
 
-func testBackendClaim(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendClaim(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	now := epoch
 
@@ -90,8 +90,8 @@ func testBackendClaim(t *testing.T, nb NewBackend) {
 // testBackendClaimBrief: with ClaimArgs.Brief a done record may come with
 // only what a replay reads, but those fields must be the stored ones; every
 // other answer is whole.
-func testBackendClaimBrief(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendClaimBrief(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	now := epoch
 	brief := func(fp string, at time.Time) backend.ClaimArgs {
@@ -133,8 +133,8 @@ func testBackendClaimBrief(t *testing.T, nb NewBackend) {
 	require.Nil(t, fresh.Result)
 }
 
-func testBackendFenced(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendFenced(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	now := epoch
 	rec, _, err := b.Claim(ctx, "s", "k", args("fp", now))
@@ -175,8 +175,8 @@ func testBackendFenced(t *testing.T, nb NewBackend) {
 	require.Equal(t, "x", string(got.Result.Body), "a fenced Complete overwrote the result")
 }
 
-func testBackendStale(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendStale(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	now := epoch
 	// Leases ending at now+1s, now+2s, ... now+5s; one done; one deferred;
@@ -223,8 +223,8 @@ func testBackendStale(t *testing.T, nb NewBackend) {
 	require.Len(t, stale, 4, "a deferred claim comes back once its next check is due")
 }
 
-func testBackendReclaim(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendReclaim(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	now := epoch
 	for i := range 10 {
@@ -273,8 +273,8 @@ func testBackendReclaim(t *testing.T, nb NewBackend) {
 	require.NotZero(t, live.Token)
 }
 
-func testBackendCopies(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendCopies(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	rec, _, err := b.Claim(ctx, "s", "k", args("fp", epoch))
 	require.NoError(t, err)
@@ -290,4 +290,32 @@ func testBackendCopies(t *testing.T, nb NewBackend) {
 	require.NoError(t, err)
 	require.Equal(t, "body", string(again.Result.Body))
 	require.Equal(t, "fp", again.Fingerprint)
+}
+
+// testBackendReseal: Reseal replaces a done record's result and nothing
+// else, and only with the record's token (backends that implement
+// backend.Resealer).
+func testBackendReseal(t *testing.T, nb source) {
+	b := nb.open(t)
+	closeBackend(t, b)
+	rs, ok := b.(backend.Resealer)
+	if !ok {
+		t.Skip("the backend does not implement backend.Resealer")
+	}
+	now := epoch
+	rec, _, err := b.Claim(ctx, "s", "k", args("fp", now))
+	require.NoError(t, err)
+	require.ErrorIs(t, rs.Reseal(ctx, "s", "k", rec.Token, okResult("x")), backend.ErrFenced, "in progress")
+	require.ErrorIs(t, rs.Reseal(ctx, "s", "absent", 1, okResult("x")), backend.ErrFenced, "absent")
+	require.NoError(t, b.Complete(ctx, "s", "k", rec.Token, backend.Completion{Result: okResult("old"),
+		At: now, ExpiresAt: now.Add(retention), Ending: backend.Ending{At: now, Outcome: "completed", Status: 200}}))
+	before, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.ErrorIs(t, rs.Reseal(ctx, "s", "k", rec.Token+1, okResult("x")), backend.ErrFenced, "another token")
+	require.NoError(t, rs.Reseal(ctx, "s", "k", rec.Token, okResult("new")))
+	after, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, "new", string(after.Result.Body))
+	after.Result = before.Result
+	require.Equal(t, before, after, "Reseal changed more than the result")
 }

@@ -13,8 +13,8 @@ import (
 
 // testBackendEnding: a backend stores the Ending the Store gives as it is,
 // so the story reads the same on every backend.
-func testBackendEnding(t *testing.T, nb NewBackend) {
-	b := nb(t)
+func testBackendEnding(t *testing.T, nb source) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	rec, _, err := b.Claim(ctx, "s", "k", args("fp", epoch))
 	require.NoError(t, err)
@@ -55,14 +55,14 @@ func (c *claimCounter) Claim(ctx context.Context, scope, key string, a backend.C
 // testReplayCache: the Store answers replays of done records it completed
 // or read without a backend call, on every backend, never past their
 // expiry, and hands out results the caller's later changes do not reach.
-func testReplayCache(t *testing.T, nb NewBackend) {
+func testReplayCache(t *testing.T, nb source) {
 	var inner backend.Backend
 	cc := &claimCounter{}
-	e := newEnv(t, func(t testing.TB) backend.Backend {
-		inner = nb(t)
+	e := newEnv(t, nb.wrap(func(t testing.TB) backend.Backend {
+		inner = nb.open(t)
 		cc.Backend = inner
 		return cc
-	})
+	}))
 	r := req("k", "fp")
 	res := okResult("first")
 	require.NoError(t, e.claim(r).Complete(ctx, res))
@@ -107,9 +107,9 @@ func testReplayCache(t *testing.T, nb NewBackend) {
 
 // testReplayCacheRecovery: a result saved by recovery is cached like one
 // completed by its holder.
-func testReplayCacheRecovery(t *testing.T, nb NewBackend) {
+func testReplayCacheRecovery(t *testing.T, nb source) {
 	cc := &claimCounter{}
-	e := newEnv(t, func(t testing.TB) backend.Backend { cc.Backend = nb(t); return cc },
+	e := newEnv(t, nb.wrap(func(t testing.TB) backend.Backend { cc.Backend = nb.open(t); return cc }),
 		withResolver(answer(idem.VerdictCommitted, okResult("downstream"))))
 	r := req("k", "fp")
 	e.claim(r)

@@ -16,7 +16,7 @@ import (
 
 // One test per row of the contract table.
 
-func testContractClaimAbsent(t *testing.T, nb NewBackend) {
+func testContractClaimAbsent(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("refund-1", "fp-a")
 	c := e.claim(r)
@@ -31,7 +31,7 @@ func testContractClaimAbsent(t *testing.T, nb NewBackend) {
 	require.ErrorIs(t, c.Complete(ctx, okResult(`{}`)), idem.ErrClaimDone)
 }
 
-func testContractInProgress(t *testing.T, nb NewBackend) {
+func testContractInProgress(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp-a")
 	c := e.claim(r)
@@ -52,7 +52,7 @@ func testContractInProgress(t *testing.T, nb NewBackend) {
 	require.Equal(t, 2, e.events.count(idem.EventInProgress, "k"))
 }
 
-func testContractReplay(t *testing.T, nb NewBackend) {
+func testContractReplay(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp-a")
 	runs := 0
@@ -79,7 +79,7 @@ func testContractReplay(t *testing.T, nb NewBackend) {
 	require.Equal(t, 4, e.events.count(idem.EventReplayed, "k"))
 }
 
-func testContractMismatch(t *testing.T, nb NewBackend) {
+func testContractMismatch(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	// In progress with another fingerprint.
 	c := e.claim(req("k", "fp-a"))
@@ -108,7 +108,7 @@ func testContractMismatch(t *testing.T, nb NewBackend) {
 	require.Equal(t, 1, e2.events.count(idem.EventMismatch, "k"))
 }
 
-func testContractInvalidKey(t *testing.T, nb NewBackend) {
+func testContractInvalidKey(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	bad := []idem.Request{
 		{Key: ""},
@@ -137,12 +137,12 @@ func testContractInvalidKey(t *testing.T, nb NewBackend) {
 	}
 }
 
-func testContractUnavailable(t *testing.T, nb NewBackend) {
+func testContractUnavailable(t *testing.T, nb source) {
 	var f *failing
-	e := newEnv(t, func(t testing.TB) backend.Backend {
-		f = &failing{Backend: nb(t)}
+	e := newEnv(t, nb.wrap(func(t testing.TB) backend.Backend {
+		f = &failing{Backend: nb.open(t)}
 		return f
-	})
+	}))
 	f.set(true)
 	ran := false
 	_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) { ran = true; return backend.Result{}, nil })
@@ -171,7 +171,7 @@ func testContractUnavailable(t *testing.T, nb NewBackend) {
 	require.Equal(t, backend.StateInProgress, e.get(req("k3", "fp")).State)
 }
 
-func testContractClosed(t *testing.T, nb NewBackend) {
+func testContractClosed(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	require.NoError(t, e.store.Close())
 	require.NoError(t, e.store.Close(), "Close twice is fine")
@@ -185,7 +185,7 @@ func testContractClosed(t *testing.T, nb NewBackend) {
 	require.ErrorIs(t, err, backend.ErrClosed)
 }
 
-func testContractExpired(t *testing.T, nb NewBackend) {
+func testContractExpired(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp-a")
 	runs := 0
@@ -209,7 +209,7 @@ func testContractExpired(t *testing.T, nb NewBackend) {
 	require.Equal(t, 3, runs)
 }
 
-func testFencing(t *testing.T, nb NewBackend) {
+func testFencing(t *testing.T, nb source) {
 	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
 	r := req("k", "fp")
 	slow := e.claim(r)
@@ -236,7 +236,7 @@ func testFencing(t *testing.T, nb NewBackend) {
 	require.GreaterOrEqual(t, e2.events.count(idem.EventFenced, "k"), 1)
 }
 
-func testTokensNeverRepeat(t *testing.T, nb NewBackend) {
+func testTokensNeverRepeat(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	seen := map[uint64]bool{}
 	for i := range 50 {
@@ -248,7 +248,7 @@ func testTokensNeverRepeat(t *testing.T, nb NewBackend) {
 	}
 }
 
-func testLeaseEnds(t *testing.T, nb NewBackend) {
+func testLeaseEnds(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	e.claim(r)
@@ -261,7 +261,7 @@ func testLeaseEnds(t *testing.T, nb NewBackend) {
 	require.True(t, e.get(r).Stale(e.clk.Now()))
 }
 
-func testHeartbeat(t *testing.T, nb NewBackend) {
+func testHeartbeat(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	ch := e.events.subscribe()
@@ -284,7 +284,7 @@ func testHeartbeat(t *testing.T, nb NewBackend) {
 	require.GreaterOrEqual(t, e.events.count(idem.EventExtended, "k"), 30)
 }
 
-func testExtend(t *testing.T, nb NewBackend) {
+func testExtend(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	c := e.claim(r)
@@ -299,7 +299,7 @@ func testExtend(t *testing.T, nb NewBackend) {
 	require.ErrorIs(t, c.Extend(ctx), idem.ErrClaimDone)
 }
 
-func testPolicyErrorReleases(t *testing.T, nb NewBackend) {
+func testPolicyErrorReleases(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	boom := errors.New("downstream said no")
@@ -315,7 +315,7 @@ func testPolicyErrorReleases(t *testing.T, nb NewBackend) {
 	require.Equal(t, 2, e.get(r).Claims)
 }
 
-func testPolicy5xxReleases(t *testing.T, nb NewBackend) {
+func testPolicy5xxReleases(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	_, _, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) { return backend.Result{Status: 502}, nil })
@@ -329,7 +329,7 @@ func testPolicy5xxReleases(t *testing.T, nb NewBackend) {
 	require.Equal(t, 201, res.Status)
 }
 
-func testPolicySave(t *testing.T, nb NewBackend) {
+func testPolicySave(t *testing.T, nb source) {
 	e := newEnv(t, nb, func(o *idem.Options) {
 		o.Policy = func(backend.Result, error) idem.Decision { return idem.DecisionSave }
 		// This policy saves errors to replay them: keep their text.
@@ -352,7 +352,7 @@ func testPolicySave(t *testing.T, nb NewBackend) {
 	require.Equal(t, "oops", string(res.Body))
 }
 
-func testPolicyHold(t *testing.T, nb NewBackend) {
+func testPolicyHold(t *testing.T, nb source) {
 	res := answer(idem.VerdictCommitted, okResult("from-downstream"))
 	e := newEnv(t, nb, withResolver(res), func(o *idem.Options) {
 		o.Policy = func(_ backend.Result, err error) idem.Decision {
@@ -382,7 +382,7 @@ func testPolicyHold(t *testing.T, nb NewBackend) {
 
 // Without a Resolver nobody could later say whether a panicking effect
 // acted, so its claim is released and a retry runs the effect again.
-func testPolicyPanic(t *testing.T, nb NewBackend) {
+func testPolicyPanic(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	func() {
@@ -402,7 +402,7 @@ func testPolicyPanic(t *testing.T, nb NewBackend) {
 // Resolver the claim is held for it, the panic re-raised, and the
 // Resolver's decision is what the next request gets; the story says
 // "panic".
-func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
+func testPolicyPanicHeld(t *testing.T, nb source) {
 	var acted []string // the effects that ran, by key
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *backend.Record) (idem.Resolution, error) {
 		if rec.Key == "committed" {
@@ -472,7 +472,7 @@ func testPolicyPanicHeld(t *testing.T, nb NewBackend) {
 // claim's attempt, so that another process (here another Store over the
 // same storage) that resolves the claim tells the same story. Backends
 // that are not Holders keep no such note and skip.
-func testPolicyPanicNoteKept(t *testing.T, nb NewBackend) {
+func testPolicyPanicNoteKept(t *testing.T, nb source) {
 	e := newEnv(t, nb, withResolver(idem.ResolverFunc(func(context.Context, *backend.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})))
@@ -508,7 +508,7 @@ type unclosed struct{ backend.Backend }
 
 func (unclosed) Close() error { return nil }
 
-func testRetentionOverride(t *testing.T, nb NewBackend) {
+func testRetentionOverride(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	short := req("short", "fp")
 	short.Retention = time.Minute
@@ -524,7 +524,7 @@ func testRetentionOverride(t *testing.T, nb NewBackend) {
 	e.replay(long)
 }
 
-func testRetentionSweep(t *testing.T, nb NewBackend) {
+func testRetentionSweep(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	for i := range 20 {
 		_, _, err := e.store.Do(ctx, req(keyN("k", i), "fp"), func(context.Context) (backend.Result, error) { return okResult("r"), nil })
@@ -547,7 +547,7 @@ func testRetentionSweep(t *testing.T, nb NewBackend) {
 	require.Equal(t, backend.StateInProgress, e.get(req("open", "fp")).State)
 }
 
-func testScopeIsolation(t *testing.T, nb NewBackend) {
+func testScopeIsolation(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	scopes := []string{"", "a", "ab", "tenant-\u00e9", "tenant-a"}
 	keys := []string{"c", "bc", "k"}
@@ -572,7 +572,7 @@ func testScopeIsolation(t *testing.T, nb NewBackend) {
 	e.claim(idem.Request{Scope: "other", Key: "k", Fingerprint: "fp-z"})
 }
 
-func testRace(t *testing.T, nb NewBackend) {
+func testRace(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	rounds := 30
 	if testing.Short() {
@@ -612,7 +612,7 @@ func testRace(t *testing.T, nb NewBackend) {
 	}
 }
 
-func testCloseDrains(t *testing.T, nb NewBackend) {
+func testCloseDrains(t *testing.T, nb source) {
 	e := newEnv(t, nb, func(o *idem.Options) { o.CloseTimeout = time.Hour })
 	started := make(chan struct{})
 	release := make(chan struct{})
@@ -643,7 +643,7 @@ func testCloseDrains(t *testing.T, nb NewBackend) {
 	require.NoError(t, <-closed)
 }
 
-func testObserver(t *testing.T, nb NewBackend) {
+func testObserver(t *testing.T, nb source) {
 	e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
 	r := req("k", "fp")
 	c := e.claim(r)
@@ -678,7 +678,7 @@ func testObserver(t *testing.T, nb NewBackend) {
 	}
 }
 
-func testStory(t *testing.T, nb NewBackend) {
+func testStory(t *testing.T, nb source) {
 	res := answer(idem.VerdictCommitted, okResult("ledger"))
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
@@ -746,7 +746,7 @@ func testStory(t *testing.T, nb NewBackend) {
 	require.Equal(t, 200, rec.Attempts[0].Status)
 }
 
-func testStoryBounded(t *testing.T, nb NewBackend) {
+func testStoryBounded(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	var tokens []uint64

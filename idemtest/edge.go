@@ -26,13 +26,13 @@ func requireNotRecorded(t *testing.T, err error) {
 
 // testContractNotRecorded fails every way a claim can end after its effect
 // ran: save, release and hold, through Do and by hand.
-func testContractNotRecorded(t *testing.T, nb NewBackend) {
+func testContractNotRecorded(t *testing.T, nb source) {
 	var f *failing
 	hold := false
-	e := newEnv(t, func(t testing.TB) backend.Backend {
-		f = &failing{Backend: nb(t)}
+	e := newEnv(t, nb.wrap(func(t testing.TB) backend.Backend {
+		f = &failing{Backend: nb.open(t)}
 		return f
-	}, func(o *idem.Options) {
+	}), func(o *idem.Options) {
 		o.Policy = func(res backend.Result, err error) idem.Decision {
 			if hold {
 				return idem.DecisionHold
@@ -80,7 +80,7 @@ func testContractNotRecorded(t *testing.T, nb NewBackend) {
 // testContractClosedUnderEffect closes the store while an effect runs and
 // CloseTimeout runs out: Do's error says the outcome was not recorded, not
 // that the store was closed (which means "nothing ran").
-func testContractClosedUnderEffect(t *testing.T, nb NewBackend) {
+func testContractClosedUnderEffect(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	started := make(chan struct{})
 	closed := make(chan struct{})
@@ -107,7 +107,7 @@ func testContractClosedUnderEffect(t *testing.T, nb NewBackend) {
 // are idem's own (the Journal's, whose stale claims recovery runs again
 // without asking the Resolver); a caller's request there is refused before
 // anything runs, even when the Journal's record is in the replay cache.
-func testContractReservedScope(t *testing.T, nb NewBackend) {
+func testContractReservedScope(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	for _, scope := range []string{idem.JournalScope, backend.ReservedScopePrefix, "idem.tenant-7"} {
 		require.ErrorIs(t, backend.ValidateScope(scope), backend.ErrInvalidKey, scope)
@@ -140,7 +140,7 @@ func testContractReservedScope(t *testing.T, nb NewBackend) {
 // attention, one merely stale) as committed with a result or as not
 // committed; the story says who and why; live, done and absent keys are
 // refused, and a settled claim's old token changes nothing.
-func testSettle(t *testing.T, nb NewBackend) {
+func testSettle(t *testing.T, nb source) {
 	e := newEnv(t, nb, withResolver(answer(idem.VerdictUnknown, backend.Result{})),
 		func(o *idem.Options) { o.MaxUnknown = 1 })
 	paid := req("paid", "fp")
@@ -187,7 +187,7 @@ func testSettle(t *testing.T, nb NewBackend) {
 // testErrorText: the record keeps Options.ErrorText of an effect's error
 // (by default a generic word), never its text, while the Observer gets the
 // error itself.
-func testErrorText(t *testing.T, nb NewBackend) {
+func testErrorText(t *testing.T, nb source) {
 	secret := errors.New("POST https://bank.example/refund?token=sk_live_123: 402")
 	for _, tc := range []struct {
 		name     string

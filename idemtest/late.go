@@ -17,8 +17,8 @@ import (
 // *idem.LateCompletionError.
 
 // lateCompleter returns nb's backend as a LateCompleter, or skips.
-func lateCompleter(t *testing.T, nb NewBackend) (backend.Backend, backend.LateCompleter) {
-	b := nb(t)
+func lateCompleter(t *testing.T, nb source) (backend.Backend, backend.LateCompleter) {
+	b := nb.open(t)
 	closeBackend(t, b)
 	lc, ok := b.(backend.LateCompleter)
 	if !ok {
@@ -49,7 +49,7 @@ func attemptOf(t *testing.T, rec *backend.Record, token uint64) backend.Attempt 
 	return backend.Attempt{}
 }
 
-func testBackendLateRecorded(t *testing.T, nb NewBackend) {
+func testBackendLateRecorded(t *testing.T, nb source) {
 	b, lc := lateCompleter(t, nb)
 	now := epoch
 	// Released (recovery said "not committed"): recorded.
@@ -132,7 +132,7 @@ func testBackendLateRecorded(t *testing.T, nb NewBackend) {
 	require.Len(t, refs, 3)
 }
 
-func testBackendLateRanTwice(t *testing.T, nb NewBackend) {
+func testBackendLateRanTwice(t *testing.T, nb source) {
 	b, lc := lateCompleter(t, nb)
 	now := epoch
 	for _, done := range []bool{false, true} {
@@ -235,7 +235,7 @@ func recoverNotCommitted(t *testing.T, e *env) {
 	require.Equal(t, 1, rep.NotCommitted)
 }
 
-func testDoLateRecorded(t *testing.T, nb NewBackend) {
+func testDoLateRecorded(t *testing.T, nb source) {
 	lateCompleter(t, nb)
 	for _, absent := range []bool{false, true} {
 		e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))
@@ -257,6 +257,7 @@ func testDoLateRecorded(t *testing.T, nb NewBackend) {
 		got := e.replay(r)
 		require.Equal(t, 201, got.Status)
 		require.Equal(t, "late", string(got.Body))
+		e.requireSealed(nb, r)
 		rec := e.get(r)
 		require.False(t, rec.MayHaveRunTwice)
 		last := rec.Attempts[len(rec.Attempts)-1]
@@ -266,7 +267,7 @@ func testDoLateRecorded(t *testing.T, nb NewBackend) {
 	}
 }
 
-func testDoLateRanTwice(t *testing.T, nb NewBackend) {
+func testDoLateRanTwice(t *testing.T, nb source) {
 	lateCompleter(t, nb)
 	for _, newerDone := range []bool{false, true} {
 		e := newEnv(t, nb, withResolver(answer(idem.VerdictNotCommitted, backend.Result{})))

@@ -13,7 +13,7 @@ import (
 
 // The recovery rows: a stale claim resolved through the Resolver.
 
-func testRecoveryCommitted(t *testing.T, nb NewBackend) {
+func testRecoveryCommitted(t *testing.T, nb source) {
 	res := answer(idem.VerdictCommitted, okResult(`{"refund":"from-ledger"}`))
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
@@ -28,12 +28,13 @@ func testRecoveryCommitted(t *testing.T, nb NewBackend) {
 	require.Equal(t, backend.StateDone, rec.State)
 	require.Equal(t, "committed", rec.Recovered)
 	require.True(t, rec.ExpiresAt.Equal(e.clk.Now().Add(retention)))
+	e.requireSealed(nb, r)
 	e.replay(r)
 	require.Equal(t, 1, res.n(), "a resolved claim is not asked about again")
 	require.Equal(t, 1, e.events.count(idem.EventRecovered, "k"))
 }
 
-func testRecoveryNotCommitted(t *testing.T, nb NewBackend) {
+func testRecoveryNotCommitted(t *testing.T, nb source) {
 	res := answer(idem.VerdictNotCommitted, backend.Result{})
 	e := newEnv(t, nb, withResolver(res))
 	r := req("k", "fp")
@@ -50,7 +51,7 @@ func testRecoveryNotCommitted(t *testing.T, nb NewBackend) {
 	require.Equal(t, 2, e.get(r).Claims)
 }
 
-func testRecoveryUnknown(t *testing.T, nb NewBackend) {
+func testRecoveryUnknown(t *testing.T, nb source) {
 	res := answer(idem.VerdictUnknown, backend.Result{})
 	e := newEnv(t, nb, withResolver(res), func(o *idem.Options) {
 		o.MaxUnknown = 3
@@ -107,7 +108,7 @@ func testRecoveryUnknown(t *testing.T, nb NewBackend) {
 	require.Equal(t, 3, rec.Checks)
 }
 
-func testRecoveryResolverError(t *testing.T, nb NewBackend) {
+func testRecoveryResolverError(t *testing.T, nb source) {
 	res := &countingResolver{fn: func(*backend.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: idem.VerdictCommitted}, errors.New("ledger unreachable")
 	}}
@@ -121,7 +122,7 @@ func testRecoveryResolverError(t *testing.T, nb NewBackend) {
 	require.GreaterOrEqual(t, e.events.count(idem.EventError, "k"), 1)
 }
 
-func testRecoveryNoResolver(t *testing.T, nb NewBackend) {
+func testRecoveryNoResolver(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	r := req("k", "fp")
 	e.claim(r)
@@ -141,7 +142,7 @@ func testRecoveryNoResolver(t *testing.T, nb NewBackend) {
 	require.GreaterOrEqual(t, e.events.count(idem.EventStale, "k"), 1)
 }
 
-func testRecoverySweep(t *testing.T, nb NewBackend) {
+func testRecoverySweep(t *testing.T, nb source) {
 	verdicts := map[string]idem.Verdict{"c": idem.VerdictCommitted, "n": idem.VerdictNotCommitted, "u": idem.VerdictUnknown}
 	res := &countingResolver{fn: func(rec *backend.Record) (idem.Resolution, error) {
 		return idem.Resolution{Verdict: verdicts[rec.Key[:1]], Result: okResult("ledger:" + rec.Key)}, nil
@@ -169,7 +170,7 @@ func testRecoverySweep(t *testing.T, nb NewBackend) {
 	require.Equal(t, 12, res.n())
 }
 
-func testRecoveryMismatch(t *testing.T, nb NewBackend) {
+func testRecoveryMismatch(t *testing.T, nb source) {
 	res := answer(idem.VerdictCommitted, okResult("x"))
 	e := newEnv(t, nb, withResolver(res))
 	e.claim(req("k", "fp-a"))

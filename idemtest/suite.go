@@ -22,6 +22,7 @@
 package idemtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/keyring"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,9 +53,14 @@ const (
 // TestBackend runs the conformance suite against the backends newBackend
 // returns.
 func TestBackend(t *testing.T, newBackend NewBackend) {
+	run(t, source{open: newBackend})
+}
+
+// run runs every case of the suite with the backends and keys of src.
+func run(t *testing.T, src source) {
 	tests := []struct {
 		name string
-		fn   func(*testing.T, NewBackend)
+		fn   func(*testing.T, source)
 	}{
 		{"Backend_Claim", testBackendClaim},
 		{"Backend_ClaimBrief", testBackendClaimBrief},
@@ -64,6 +71,7 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Backend_StoresEnding", testBackendEnding},
 		{"Backend_LateRecorded", testBackendLateRecorded},
 		{"Backend_LateRanTwice", testBackendLateRanTwice},
+		{"Backend_Reseal", testBackendReseal},
 		{"Cache_ReplaysWithoutBackend", testReplayCache},
 		{"Cache_RecoveredResult", testReplayCacheRecovery},
 		{"Contract_ClaimAbsent", testContractClaimAbsent},
@@ -108,11 +116,39 @@ func TestBackend(t *testing.T, newBackend NewBackend) {
 		{"Observer_EveryTransition", testObserver},
 		{"Story_ClaimsAndCounts", testStory},
 		{"Story_Bounded", testStoryBounded},
+		{"Encryption_AtRest", testEncryptedAtRest},
+		{"Encryption_KeysAndTampering", testEncryptedKeys},
+		{"Encryption_Rekey", testEncryptedRekey},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBackend) })
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, src) })
 	}
 }
+
+// TestBackendEncrypted runs the conformance suite against the backends
+// newBackend returns with results encrypted (idem.Options.Keys): every
+// case runs with a keyring of two keys, the second active, so that what
+// the backend stores is sealed and every replay opens it.
+func TestBackendEncrypted(t *testing.T, newBackend NewBackend) {
+	t.Helper()
+	old := keyring.Key{ID: "suite-old", Secret: bytes.Repeat([]byte{1}, keyring.KeySize)}
+	active := keyring.Key{ID: "suite-new", Secret: bytes.Repeat([]byte{2}, keyring.KeySize)}
+	ring, err := keyring.New(active, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, source{open: newBackend, keys: ring})
+}
+
+// source is where a case gets its backend, and the keyring its Store
+// encrypts with (nil for none).
+type source struct {
+	open NewBackend
+	keys *keyring.Ring
+}
+
+// wrap returns a source of the backends open returns, with the same keys.
+func (s source) wrap(open NewBackend) source { return source{open: open, keys: s.keys} }
 
 // env is one test's store, clock and recorded events.
 type env struct {
@@ -125,15 +161,16 @@ type env struct {
 
 type option func(*idem.Options)
 
-func newEnv(t testing.TB, nb NewBackend, opts ...option) *env {
+func newEnv(t testing.TB, nb source, opts ...option) *env {
 	t.Helper()
 	e := &env{t: t, clk: NewClock(epoch), events: &events{}}
-	e.b = nb(t)
+	e.b = nb.open(t)
 	o := &idem.Options{
 		Clock: e.clk, SweepInterval: -1, Lease: lease, Retention: retention,
 		// Tests leave claims open; Close need not wait for them.
 		Observer: e.events, CloseTimeout: time.Millisecond,
 	}
+	o.Keys = nb.keys
 	for _, fn := range opts {
 		fn(o)
 	}

@@ -21,6 +21,7 @@ type queries struct {
 	insert, takeOver                         string // Claim
 	insertTx, takeOverTx                     string // Claim for DoTx: the new attempt marked (txNote)
 	complete, release, extend, hold, deferTo string // fenced
+	reseal                                   string // fenced on a done record
 	completeTx                               string // fenced: DoTx's completion, in the effect's transaction
 	lateGet, lateInsert, lateDone            string // CompleteLate
 	lateTwice                                string // CompleteLate
@@ -139,6 +140,9 @@ UPDATE {table} SET lease_ends = $4, ` + settled + `,
 	THEN jsonb_set(attempts, '{-1}', (attempts -> -1) || jsonb_build_object('r', CAST($5 AS text)))
 	ELSE attempts END
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
+
+		reseal: r.Replace(`
+UPDATE {table} SET result = $4 WHERE scope = $1 AND key = $2 AND state = 2 AND token = $3`),
 
 		deferTo: r.Replace(`
 UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
@@ -514,6 +518,17 @@ func (b *Backend) Hold(ctx context.Context, scope, key string, token uint64, lea
 }
 
 var _ backend.Holder = (*Backend)(nil)
+
+// Reseal implements backend.Resealer.
+func (b *Backend) Reseal(ctx context.Context, scope, key string, token uint64, res backend.Result) error {
+	enc, err := encodeResult(&res)
+	if err != nil {
+		return err
+	}
+	return b.fenced(ctx, "reseal", scope, key, token, b.q.reseal, enc)
+}
+
+var _ backend.Resealer = (*Backend)(nil)
 
 // Defer implements backend.Backend.
 func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d backend.Deferral) error {

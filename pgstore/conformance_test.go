@@ -19,11 +19,38 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformance_Encrypted runs the suite with results encrypted by the
+// Store (idem.Options.Keys), on the extended protocol and on the simple
+// one.
+func TestConformance_Encrypted(t *testing.T) {
+	t.Run("extended", func(t *testing.T) {
+		p := pool(t)
+		idemtest.TestBackendEncrypted(t, func(t testing.TB) backend.Backend {
+			return newBackend(t, p, nil)
+		})
+	})
+	t.Run("simple", func(t *testing.T) {
+		p := simplePool(t)
+		idemtest.TestBackendEncrypted(t, func(t testing.TB) backend.Backend {
+			return newBackend(t, p, nil)
+		})
+	})
+}
+
 // TestConformance_SimpleProtocol runs the suite again on a pool that sends
 // every statement with the simple protocol, as pools behind PgBouncer in
 // transaction mode are configured: a Claim's two statements then travel as
 // one multi-statement query.
 func TestConformance_SimpleProtocol(t *testing.T) {
+	p := simplePool(t)
+	idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, p, nil)
+	})
+}
+
+// simplePool returns a pool that sends every statement with the simple
+// protocol, closed when the test ends.
+func simplePool(t testing.TB) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(needServer(t))
 	if err != nil {
 		t.Fatal(err)
@@ -34,9 +61,7 @@ func TestConformance_SimpleProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	idemtest.TestBackend(t, func(t testing.TB) backend.Backend {
-		return newBackend(t, p, nil)
-	})
+	return p
 }
 
 // TestConformance_IsolationLevels runs the suite on pools whose sessions

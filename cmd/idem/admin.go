@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,6 +31,7 @@ type adminFlags struct {
 	dir  string // the store directory: -dir, or the first argument
 	json bool
 	now  string // hidden: a fixed "now", for tests and reproducible output
+	keys string // the key files (keys.go)
 }
 
 // newAdminFlags returns a flag set for subcommand name, with the flags
@@ -40,6 +42,7 @@ func newAdminFlags(name, synopsis, about string, stderr io.Writer, examples ...s
 	a.fs.SetOutput(stderr)
 	a.fs.StringVar(&a.dir, "dir", "", "the store `directory`, if not given as the first argument")
 	a.fs.BoolVar(&a.json, "json", false, "print JSON instead of a table")
+	a.fs.StringVar(&a.keys, "keys", "", keysUsage)
 	a.fs.StringVar(&a.now, "now", "", "judge records as of this RFC 3339 time instead of the clock (hidden)")
 	setUsage(a.fs, synopsis, about, examples...)
 	return a
@@ -58,6 +61,9 @@ func (a *adminFlags) parse(args []string, names ...string) ([]string, error) {
 	}
 	if a.dir, pos, err = takeDir(a.fs, a.dir, pos, names, false); err != nil {
 		return nil, err
+	}
+	if a.keys == "" {
+		a.keys = os.Getenv(keysEnv)
 	}
 	if a.now != "" {
 		if _, err := time.Parse(time.RFC3339, a.now); err != nil {
@@ -127,6 +133,10 @@ func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo badgerstore
 		}
 		return nil, err
 	}
+	keys, err := loadKeys(context.Background(), a.keys)
+	if err != nil {
+		return nil, err
+	}
 	bo.ReadOnly = !write
 	b, err := badgerstore.Open(dir, bo)
 	var s *idem.Store
@@ -136,6 +146,7 @@ func (a *adminFlags) openStoreWith(write bool, obs idem.Observer, bo badgerstore
 			Clock:         a.clock(),
 			Observer:      obs,
 			CloseTimeout:  time.Second,
+			Keys:          keys,
 		})
 	}
 	switch {

@@ -49,6 +49,7 @@ func commands() []command {
 		{name: "verify", summary: "check every record, table and the log of a store; exit 1 if anything is damaged", run: verifyCommand},
 		{name: "torture", summary: "SIGKILL a child running Do at random moments; check nothing ran twice or was lost", run: tortureCommand},
 		{name: "loss", summary: "show, accept or end a store's loss window (absent keys asked about before they run)", run: lossCommand},
+		{name: "rekey", summary: "seal every saved result again under the active key, after a key rotation", run: rekeyCommand},
 		{name: "backup", summary: "write a consistent backup of a store directory to a file", run: backupCommand},
 		{name: "restore", summary: "restore a backup file into an empty directory", run: restoreCommand},
 	}
