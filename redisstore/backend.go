@@ -195,6 +195,16 @@ func newClaim(scope, key string, token uint64, args backend.ClaimArgs, rec *back
 // token, and writes the record fn leaves, fenced by token; ttlFrom is
 // put's.
 func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint64, ttlFrom time.Time, fn func(rec *backend.Record)) error {
+	return b.fencedIn(ctx, op, scope, key, token, backend.StateInProgress, func(rec *backend.Record) time.Time {
+		fn(rec)
+		return ttlFrom
+	})
+}
+
+// fencedIn is fenced for a record in state: fn changes the record and
+// returns put's ttlFrom.
+func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uint64, state backend.State,
+	fn func(rec *backend.Record) time.Time) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
@@ -205,11 +215,18 @@ func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint6
 			return backend.Unavailable(op, err)
 		}
 		rec := s.rec
-		if rec == nil || rec.State != backend.StateInProgress || rec.Token != token {
+		if rec == nil || rec.State != state || rec.Token != token {
 			return &backend.FencedError{Scope: scope, Key: key, Token: token}
 		}
-		fn(rec)
-		res, err := b.put(ctx, k, s.ver, token, rec, ttlFrom)
+		ttlFrom := fn(rec)
+		// The script's fence checks an in-progress token; for another
+		// state the version, read with the record just checked, fences
+		// the write alone.
+		fence := token
+		if state != backend.StateInProgress {
+			fence = 0
+		}
+		res, err := b.put(ctx, k, s.ver, fence, rec, ttlFrom)
 		switch {
 		case err != nil:
 			return backend.Unavailable(op, err)
@@ -223,6 +240,17 @@ func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint6
 		}
 	}
 }
+
+// Reseal implements backend.Resealer: the result of a done record with
+// token is replaced; its key keeps its TTL.
+func (b *Backend) Reseal(ctx context.Context, scope, key string, token uint64, res backend.Result) error {
+	return b.fencedIn(ctx, "reseal", scope, key, token, backend.StateDone, func(rec *backend.Record) time.Time {
+		rec.Result = res.Clone()
+		return time.Time{}
+	})
+}
+
+var _ backend.Resealer = (*Backend)(nil)
 
 // Complete implements backend.Backend.
 func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {

@@ -20,6 +20,15 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformance_Encrypted runs the suite with a keyring: the Store seals
+// every result before redisstore sees it, and Store.Rekey reseals them.
+func TestConformance_Encrypted(t *testing.T) {
+	c := client(t)
+	idemtest.TestBackendEncrypted(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, c, nil)
+	})
+}
+
 // TestConformance_Cluster runs the suite on a Redis Cluster of three
 // primaries through a Cluster client: every script touches keys of one
 // slot (a shard's hash tag), and Stale, Reclaim and Scan reach every node.
