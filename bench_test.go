@@ -65,7 +65,7 @@ func benchCycles(b *testing.B, d idem.Durability, g int, key func(int) string, f
 	b.ReportAllocs()
 	b.ResetTimer()
 	runSplit(b, g, func(i int) {
-		c, _, err := s.Begin(context.Background(), idem.Request{Key: key(i), Fingerprint: fp})
+		c, _, err := s.Begin(context.Background(), idem.Request{Key: key(i), Fingerprint: replayFP})
 		if err != nil {
 			b.Error(err)
 			return
@@ -120,40 +120,14 @@ func BenchmarkReplay(b *testing.B) {
 func BenchmarkReplay_Scattered(b *testing.B) {
 	const n = 20_000
 	dir := b.TempDir()
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = idem.KeyDeriver{}.Effect("bench", strconv.Itoa(i))
-	}
-	const fp = "idemfp1-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
-	body := []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)
-	load, err := idem.Open(dir, &idem.Options{Durability: idem.Fast, SweepInterval: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var fillErr atomic.Value
-	fill := func(i int) {
-		c, _, err := load.Begin(context.Background(), idem.Request{Key: keys[i], Fingerprint: fp})
-		if err == nil {
-			err = c.Complete(context.Background(), idem.Result{Status: 200, Body: body})
-		}
-		if err != nil {
-			fillErr.Store(err)
-		}
-	}
-	runSplitN(n, 4*runtime.GOMAXPROCS(0), fill)
-	if err := load.Close(); err != nil {
-		b.Fatal(err)
-	}
-	if err, _ := fillErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
+	keys := loadDone(b, dir, n)
 	s, err := idem.Open(dir, &idem.Options{SweepInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
 	replay := func(i int) error {
-		_, res, err := s.Begin(context.Background(), idem.Request{Key: keys[(i*7919)%n], Fingerprint: fp})
+		_, res, err := s.Begin(context.Background(), idem.Request{Key: keys[(i*7919)%n], Fingerprint: replayFP})
 		if err == nil && res == nil {
 			err = fmt.Errorf("key %d claimed", (i*7919)%n)
 		}
@@ -200,6 +174,43 @@ func BenchmarkOpenEmpty(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
+}
+
+// replayFP is the fingerprint of the replay benchmarks' requests.
+const replayFP = "idemfp1-sha256:546e759a35dad4c7d310fb03280bbc89af10c154c5f7559c8760fbec3e3f3255"
+
+// loadDone completes n keys, with a small JSON result, in a store at dir
+// of their own (Fast, from several goroutines), then closes it, and
+// returns the keys: the replay benchmarks open the store afresh, as after
+// a restart.
+func loadDone(b *testing.B, dir string, n int) []string {
+	b.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = idem.KeyDeriver{}.Effect("bench", strconv.Itoa(i))
+	}
+	body := []byte(`{"refund":"re_3PqNXk2eZvKYlo2C","status":"succeeded","amount":4200,"currency":"eur"}`)
+	load, err := idem.Open(dir, &idem.Options{Durability: idem.Fast, SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fillErr atomic.Value
+	runSplitN(len(keys), 4*runtime.GOMAXPROCS(0), func(i int) {
+		c, _, err := load.Begin(context.Background(), idem.Request{Key: keys[i], Fingerprint: replayFP})
+		if err == nil {
+			err = c.Complete(context.Background(), idem.Result{Status: 200, Body: body})
+		}
+		if err != nil {
+			fillErr.Store(err)
+		}
+	})
+	if err := load.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err, _ := fillErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return keys
 }
 
 // runSplit calls fn(i) for i in [0, b.N) from g goroutines.

@@ -152,7 +152,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 		}
 		if !sameRequest(rec.Fingerprint, req) {
 			s.observe(Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, EventMismatch, now)
+			s.count(req.Scope, req.Key, rec, EventMismatch, now)
 			return nil, nil, &MismatchError{Scope: req.Scope, Key: req.Key, Stored: rec.Fingerprint, Got: req.Fingerprint}
 		}
 		switch {
@@ -164,7 +164,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 				return nil, nil, err
 			}
 			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, EventReplayed, now)
+			s.count(req.Scope, req.Key, rec, EventReplayed, now)
 			res := rec.Result
 			if res == nil {
 				res = &Result{}
@@ -175,7 +175,7 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 			return nil, res, nil
 		case !rec.Stale(now):
 			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, EventInProgress, now)
+			s.count(req.Scope, req.Key, rec, EventInProgress, now)
 			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: rec.LeaseEnds}
 		}
 		if _, err := s.resolveStale(ctx, rec, now); err != nil {

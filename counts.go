@@ -46,7 +46,7 @@ type tallies struct {
 	m        map[tallyKey]*backend.Tally
 }
 
-func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full bool) {
+func (t *tallies) add(scope, key string, kind EventKind, at, expiresAt time.Time) (full bool) {
 	t.mu.Lock()
 	if t.m == nil {
 		t.m = map[tallyKey]*backend.Tally{}
@@ -58,6 +58,9 @@ func (t *tallies) add(scope, key string, kind EventKind, at time.Time) (full boo
 		scope, key = strings.Clone(scope), strings.Clone(key)
 		c = &backend.Tally{Scope: scope, Key: key}
 		t.m[tallyKey{scope, key}] = c
+	}
+	if expiresAt.After(c.ExpiresAt) {
+		c.ExpiresAt = expiresAt
 	}
 	switch kind {
 	case EventReplayed:
@@ -96,12 +99,17 @@ func (s *Store) takeTallies() []backend.Tally {
 	return s.hot.takeCounts(out)
 }
 
-// count notes a replay or a rejection for the record's story.
-func (s *Store) count(scope, key string, kind EventKind, at time.Time) {
+// count notes a replay or a rejection of rec, the record of (scope, key),
+// for its story.
+func (s *Store) count(scope, key string, rec *Record, kind EventKind, at time.Time) {
 	if s.tallier == nil {
 		return
 	}
-	if s.counts.add(scope, key, kind, at) {
+	var expiresAt time.Time
+	if rec.State == StateDone {
+		expiresAt = rec.ExpiresAt
+	}
+	if s.counts.add(scope, key, kind, at, expiresAt) {
 		s.flushSoon()
 	}
 }

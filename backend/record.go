@@ -190,6 +190,11 @@ type Tally struct {
 	Scope, Key                     string
 	Replays, Conflicts, Mismatches int64
 	LastReplay, LastRejection      time.Time
+	// ExpiresAt is the counted record's expiry if the counts were taken
+	// on a done record, zero otherwise (a claim in progress): with it a
+	// backend may store the counts beside the record, expiring with it,
+	// without reading the record first.
+	ExpiresAt time.Time
 }
 
 // AddTally adds t's counts to r, keeping the latest times.
@@ -215,6 +220,9 @@ func (t *Tally) Add(u Tally) {
 	}
 	if u.LastRejection.After(t.LastRejection) {
 		t.LastRejection = u.LastRejection
+	}
+	if u.ExpiresAt.After(t.ExpiresAt) {
+		t.ExpiresAt = u.ExpiresAt
 	}
 }
 

@@ -130,7 +130,7 @@ const (
 	prefixRecord = 'r' // r + id -> msgpack Record
 	prefixClaim  = 'c' // c + id -> empty: an open claim, read once on open
 	prefixExpiry = 'x' // x + big-endian unix nanos + id -> empty
-	prefixCounts = 't' // t + id -> counts added to a done or released record (AddTallies)
+	prefixCounts = 'u' // u + id + flush stamp -> counts one flush added to a done record (counts.go)
 )
 
 // reclaimGrace is added to Badger's own TTL on records. Badger's TTL has a
@@ -152,6 +152,9 @@ type Backend struct {
 	// lastToken is the highest fencing token handed out. Only the
 	// committer reads or writes it, and it persists it with the claims.
 	lastToken uint64
+	// lastFlush is the number of the last flush of counts (nextFlush).
+	// Only the committer reads or writes it.
+	lastFlush uint64
 
 	// mu guards open, cursor and lossPending.
 	mu sync.Mutex
@@ -165,8 +168,6 @@ type Backend struct {
 	cursor []byte
 
 	gcMu sync.Mutex // serialises value-log garbage collection
-
-	counts talliedCache // the counts beside records (counts.go)
 
 	// loss is the loss window kept in the store, nil if none
 	// (loss.go); lossPending is what an open accepted as lost
@@ -244,7 +245,6 @@ func Open(dir string, o Options) (*Backend, error) {
 		}
 	}
 	bo := badgerOptions(dir, o)
-	b.counts.limit = badgerSharesOf(backend.MemoryBudget(o.MemoryBudget)).tallied
 	reserve := o.FreeSpaceReserve
 	if reserve == 0 {
 		reserve = engine.Reserve(bo)
@@ -294,6 +294,9 @@ func Open(dir string, o Options) (*Backend, error) {
 			return nil
 		})
 	})
+	if err == nil {
+		err = b.migrateCounts()
+	}
 	if err == nil {
 		err = b.orphanOpenClaims()
 	}
@@ -473,6 +476,8 @@ func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error
 	err := b.eng.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRecord}, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
+		counts := newCountsReader(txn)
+		defer counts.close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -485,11 +490,7 @@ func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error
 			}); err != nil {
 				return damaged(err, it.Item().Key()[1:])
 			}
-			t, err := storedCounts(txn, it.Item().Key()[1:])
-			if err != nil {
-				return err
-			}
-			rec.AddTally(t)
+			counts.add(it.Item().Key()[1:], rec)
 			if !fn(rec) {
 				return nil
 			}

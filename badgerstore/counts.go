@@ -1,11 +1,11 @@
 package badgerstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/backend"
@@ -15,111 +15,78 @@ import (
 
 // Counts beside records.
 //
-// Replays are counted in memory and reach the backend in batches
-// (the root package's counts.go). Rewriting a whole record to add to its counts would cost a
-// read, a decode, an encode and a write of the record per counted key and
-// flush. So the counts of a done or released record are kept beside it,
-// under prefixCounts: one small entry holding the counts added since the
-// record was last written whole. Get and Scan add them to the record's own.
+// Replays are counted in memory and reach the backend in batches (the
+// root package's counts.go). A flush must cost the replays nothing it can
+// avoid: it writes, and never reads. Each flush adds, for each done record
+// it counts, one small entry beside the record under prefixCounts, keyed
+// by the record's id and the flush's stamp, holding the counts of that
+// flush alone. The stamp is the highest fencing token handed out when the
+// flush ran (at least the token of every claim made before it, and below
+// that of every claim made after), then a number unique to the flush. The
+// entry takes its Badger TTL from the expiry the Tally carries, so that it
+// expires with its record without the record being read. Get and Scan add
+// up the entries of a record whose stamp's token is at least the record's
+// token: the entries of an earlier life of the key (before a claim after
+// its expiry) are never counted; the reclaim deletes those it finds, and
+// the others expire on their own.
 //
-// Such an entry has its record's Badger TTL, so that neither outlives the
-// other; Reclaim deletes both; a claim of a released record folds the
-// entry into the new record (the life goes on), and a claim of an expired
-// one deletes it (a new life starts at zero). An in-progress record (no
-// TTL, and rewritten by its completion anyway) gets its counts written
-// into it.
+// The rare tallies taken on a claim in progress (conflicts, mismatches)
+// carry no expiry: they are added into the record itself, which the open
+// claims keep in memory (resident), so that they too cost no disk read.
+// A released record is never replayed or refused, so its counts are in
+// the record, and go on with it when it is claimed again.
 
-// countsFormat is the version of the encoding of the counts beside a
-// record: the version byte, then varints of the replays, conflicts and
-// mismatches and of the last replay's and last rejection's Unix
-// nanoseconds (0 for none).
+// countsFormat is the version of the encoding of a counts entry: the
+// version byte, then varints of the replays, conflicts and mismatches and
+// of the last replay's and last rejection's Unix nanoseconds (0 for
+// none).
 const countsFormat = 1
 
-// talliedCache remembers, for records whose counts are kept beside them,
-// their Badger expiry and the counts stored, so that a flush writes new
-// counts without reading either.
-type talliedCache struct {
-	// limit bounds the records kept (the memory budget's share,
-	// badgerSharesOf); past it an arbitrary one is dropped, and read from
-	// the store when counted again.
-	limit int
-	// flushMu serialises AddTallies calls, so that no two of their ops
-	// share a unit: an op is then the only reader of what it put in m
-	// before its writes were stored.
-	flushMu sync.Mutex
-	// mu guards m. A write or a deletion of a record drops its entry at
-	// once, in its op; an AddTallies op sets entries as it writes, and
-	// AddTallies clears the map if an op failed.
-	mu sync.Mutex
-	m  map[string]talliedRecord
+// keyLayout is the version of the Badger key layout this release writes
+// (CHANGELOG's formats table). Layout 1 kept one counts entry per record,
+// t + id, updated by reading it; Open migrates it to layout 2.
+const keyLayout = 2
+
+// layoutKey holds the key layout's version, one byte; a store without it
+// is at layout 1.
+var layoutKey = []byte("s/layout")
+
+// prefixCountsV1 is layout 1's prefix of counts entries, t + id, read
+// only by the migration.
+const prefixCountsV1 = 't'
+
+// stampLen is the length of a counts entry's stamp: the highest token
+// handed out when its flush ran, and the flush's own number, big-endian.
+const stampLen = 16
+
+// countsKey is the key of the counts added by the flush with the stamp
+// (token, flush) to the record of id.
+func countsKey(id []byte, token, flush uint64) []byte {
+	k := make([]byte, 0, 1+len(id)+stampLen)
+	k = append(k, prefixCounts)
+	k = append(k, id...)
+	k = binary.BigEndian.AppendUint64(k, token)
+	return binary.BigEndian.AppendUint64(k, flush)
 }
 
-// talliedRecord is what the store holds of a record whose counts are kept
-// beside it: 48 bytes, the counts without the names a Tally carries
-// (with its key and the map's slot, about 200 bytes a record).
-type talliedRecord struct {
-	expiresAt uint64     // the record's Badger expiry, which its counts share
-	counts    keptCounts // the counts beside it
+// nextFlush returns the stamp of a flush: the highest token handed out,
+// and a number no other flush of the store took. Flushes are numbered from
+// the wall clock's nanoseconds at open on, so that the flushes of another
+// process life under the same token get other numbers. It runs on the
+// committer only.
+func (b *Backend) nextFlush() (token, flush uint64) {
+	b.lastFlush = max(b.lastFlush+1, uint64(time.Now().UnixNano()))
+	return b.lastToken, b.lastFlush
 }
 
-// keptCounts are a Tally's counts, its times in Unix nanoseconds (0 for
-// none).
-type keptCounts struct {
-	replays, conflicts, mismatches int64
-	lastReplay, lastRejection      int64
-}
-
-// add adds u's counts to c, as Tally.add does.
-func (c *keptCounts) add(u backend.Tally) {
-	c.replays += u.Replays
-	c.conflicts += u.Conflicts
-	c.mismatches += u.Mismatches
-	c.lastReplay = max(c.lastReplay, unixNanos(u.LastReplay))
-	c.lastRejection = max(c.lastRejection, unixNanos(u.LastRejection))
-}
-
-func (c *talliedCache) forget(id []byte) {
-	c.mu.Lock()
-	delete(c.m, string(id))
-	c.mu.Unlock()
-}
-
-func (c *talliedCache) get(id []byte) (talliedRecord, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[string(id)]
-	return r, ok
-}
-
-func (c *talliedCache) set(id []byte, r talliedRecord) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[string]talliedRecord)
-	}
-	if _, kept := c.m[string(id)]; !kept && len(c.m) >= max(c.limit, 1) {
-		for k := range c.m {
-			delete(c.m, k)
-			break
-		}
-	}
-	c.m[string(id)] = r
-}
-
-func (c *talliedCache) clear() {
-	c.mu.Lock()
-	c.m = nil
-	c.mu.Unlock()
-}
-
-func encodeCounts(c keptCounts) []byte {
+func encodeCounts(c backend.Tally) []byte {
 	b := make([]byte, 0, 1+5*binary.MaxVarintLen64)
 	b = append(b, countsFormat)
-	b = binary.AppendVarint(b, c.replays)
-	b = binary.AppendVarint(b, c.conflicts)
-	b = binary.AppendVarint(b, c.mismatches)
-	b = binary.AppendVarint(b, c.lastReplay)
-	return binary.AppendVarint(b, c.lastRejection)
+	b = binary.AppendVarint(b, c.Replays)
+	b = binary.AppendVarint(b, c.Conflicts)
+	b = binary.AppendVarint(b, c.Mismatches)
+	b = binary.AppendVarint(b, unixNanos(c.LastReplay))
+	return binary.AppendVarint(b, unixNanos(c.LastRejection))
 }
 
 func decodeCounts(v []byte) (backend.Tally, error) {
@@ -158,39 +125,67 @@ func fromUnixNanos(n int64) time.Time {
 	return time.Unix(0, n)
 }
 
-// readCounts reads the counts beside the record of id, as the op t (or a
-// reader outside the committer, t nil) sees them; none or corrupt ones
-// read as zero (counts are the record's story, never a reason to refuse
-// the record).
-func (b *Backend) readCounts(t *engine.Txn, id []byte) (backend.Tally, error) {
-	var c backend.Tally
-	_, err := b.eng.Read(t, withPrefix(prefixCounts, id), func(v []byte, _ uint64) error {
-		c, _ = decodeCounts(v)
-		return nil
-	})
-	return c, err
+// countsReader adds up counts entries in a Badger read transaction. One
+// iterator serves every record of a scan, seeking to each in turn.
+type countsReader struct {
+	it *badger.Iterator
 }
 
-// storedCounts reads the counts beside the record of id in a Badger scan.
-func storedCounts(txn *badger.Txn, id []byte) (backend.Tally, error) {
-	item, err := txn.Get(withPrefix(prefixCounts, id))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return backend.Tally{}, nil
+func newCountsReader(txn *badger.Txn) *countsReader {
+	return &countsReader{it: txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixCounts}})}
+}
+
+func (r *countsReader) close() { r.it.Close() }
+
+// keys returns the keys of the counts entries beside the record of id.
+func (r *countsReader) keys(id []byte) [][]byte {
+	var out [][]byte
+	prefix := withPrefix(prefixCounts, id)
+	for r.it.Seek(prefix); r.it.ValidForPrefix(prefix); r.it.Next() {
+		if k := r.it.Item().Key(); len(k) == len(prefix)+stampLen {
+			out = append(out, bytes.Clone(k))
+		}
 	}
-	if err != nil {
-		return backend.Tally{}, err
+	return out
+}
+
+// add adds to rec the counts of the entries beside it written after its
+// claim. Corrupt entries read as zero: counts are the record's story,
+// never a reason to refuse the record.
+func (r *countsReader) add(id []byte, rec *backend.Record) {
+	prefix := withPrefix(prefixCounts, id)
+	for r.it.Seek(prefix); r.it.ValidForPrefix(prefix); r.it.Next() {
+		k := r.it.Item().Key()
+		if len(k) != len(prefix)+stampLen {
+			continue // the entry of a longer id with this one as prefix
+		}
+		if binary.BigEndian.Uint64(k[len(prefix):]) < rec.Token {
+			continue // an earlier life's
+		}
+		_ = r.it.Item().Value(func(v []byte) error {
+			if c, err := decodeCounts(v); err == nil {
+				rec.AddTally(c)
+			}
+			return nil
+		})
 	}
-	var c backend.Tally
-	err = item.Value(func(v []byte) error {
-		c, _ = decodeCounts(v)
+}
+
+// addCounts adds to rec, the record of id, the counts beside it, as Badger
+// holds them once every answered write is in it.
+func (b *Backend) addCounts(id []byte, rec *backend.Record) error {
+	return b.eng.View(func(txn *badger.Txn) error {
+		r := newCountsReader(txn)
+		defer r.close()
+		r.add(id, rec)
 		return nil
 	})
-	return c, err
 }
 
 // AddTallies implements Tallier. It merges the tallies of each record,
-// then adds them in ops of bounded size: beside a done or released record,
-// into an in-progress one. A record that no longer exists is skipped. An
+// then adds them in ops of bounded size, each with a stamp of its own: a tally taken on a done record becomes an entry beside it,
+// written without reading anything; one taken on a claim in progress is
+// added into the record. A record that no longer exists is skipped. An
 // error may leave the ops before it applied.
 func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
 	if err := ctx.Err(); err != nil {
@@ -217,19 +212,18 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 	// An op writes at most half of what a Badger transaction holds, so
 	// that a large batch never outgrows one.
 	size, count := b.eng.MaxBatch()
-	opBytes, opMax := int(size/2), int(count/2)
-	b.counts.flushMu.Lock()
-	defer b.counts.flushMu.Unlock()
+	opBytes, opMax := int(size/2), int(count/2)-1
 	for len(all) > 0 {
 		var n int
 		err := b.update(func(w *engine.Txn) error {
 			n = 0
 			written := 0
+			token, flush := b.nextFlush()
 			for _, c := range all {
 				if n == opMax || written > opBytes {
 					break
 				}
-				size, err := b.addTally(w, c.id, c.t)
+				size, err := b.addTally(w, countsKey(c.id, token, flush), c.id, c.t)
 				if err != nil {
 					return err
 				}
@@ -239,8 +233,6 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 			return nil
 		})
 		if err != nil {
-			// The op's writes were not stored, but what it cached was.
-			b.counts.clear()
 			return backend.Unavailable("tally", err)
 		}
 		all = all[n:]
@@ -248,11 +240,14 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 	return nil
 }
 
-// addTally adds c to the record of id, and returns about how many bytes
-// it wrote. For a record in the cache it reads nothing.
-func (b *Backend) addTally(t *engine.Txn, id []byte, c backend.Tally) (int, error) {
-	r, ok := b.counts.get(id)
-	if !ok {
+// addTally adds c to the record of id in the op t, beside it under key if
+// it is done, and returns about how many bytes it wrote.
+func (b *Backend) addTally(t *engine.Txn, key, id []byte, c backend.Tally) (int, error) {
+	var exp uint64
+	if at := latest(c); !c.ExpiresAt.IsZero() && !at.IsZero() {
+		// Counted on a done record: its Badger TTL, as put set it.
+		exp = badgerTTL(max(c.ExpiresAt.Sub(at), 0) + reclaimGrace)
+	} else {
 		rec, expiresAt, err := b.readRecord(t, id)
 		if errors.Is(err, backend.ErrCorrupt) {
 			return 0, nil // left for an operator
@@ -263,23 +258,112 @@ func (b *Backend) addTally(t *engine.Txn, id []byte, c backend.Tally) (int, erro
 		if rec == nil {
 			return 0, nil // reclaimed since
 		}
-		if rec.State == backend.StateInProgress {
+		if rec.State != backend.StateDone {
 			rec.AddTally(c)
 			v := backend.EncodeRecord(rec)
 			t.Set(withPrefix(prefixRecord, id), v, expiresAt)
 			t.OnCommit(func() { b.reopen(id, v) })
 			return len(v), nil
 		}
-		r.expiresAt = expiresAt
-		stored, err := b.readCounts(t, id)
-		if err != nil {
-			return 0, err
-		}
-		r.counts.add(stored)
+		exp = expiresAt
 	}
-	r.counts.add(c)
-	key, v := withPrefix(prefixCounts, id), encodeCounts(r.counts)
-	b.counts.set(id, r)
-	t.Set(key, v, r.expiresAt)
+	v := encodeCounts(c)
+	t.Set(key, v, exp)
 	return len(key) + len(v), nil
+}
+
+// latest returns the store's time of the latest count in c.
+func latest(c backend.Tally) time.Time {
+	if c.LastRejection.After(c.LastReplay) {
+		return c.LastRejection
+	}
+	return c.LastReplay
+}
+
+// migrateCounts moves the counts of key layout 1 (one entry per record,
+// t + id, beside a done or released record) to layout 2, in ops of
+// bounded size, and then records the layout. Each op writes its entries'
+// replacements and deletes them at once, so an interrupted migration goes
+// on at the next open; so does one of entries an earlier release wrote
+// into a store of layout 2 (it ignores the layout). A read-only store is
+// left as it is, and reads layout 1's counts as none.
+func (b *Backend) migrateCounts() error {
+	var layout byte = 1
+	err := b.eng.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(layoutKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 1 {
+				return fmt.Errorf("%w: key layout version of %d bytes", backend.ErrCorrupt, len(v))
+			}
+			layout = v[0]
+			return nil
+		})
+	})
+	switch {
+	case err != nil:
+		return err
+	case layout > keyLayout:
+		return fmt.Errorf("%w: key layout %d, this release knows up to %d", backend.ErrCorrupt, layout, keyLayout)
+	case b.ro:
+		return nil
+	}
+	type old struct {
+		id, val []byte
+		exp     uint64
+	}
+	for {
+		var batch []old
+		err := b.eng.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixCountsV1}})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(batch) < 1000; it.Next() {
+				item := it.Item()
+				v, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				batch = append(batch, old{id: bytes.Clone(item.Key()[1:]), val: v, exp: item.ExpiresAt()})
+			}
+			return nil
+		})
+		if err != nil || (len(batch) == 0 && layout == keyLayout) {
+			return err
+		}
+		err = b.update(func(t *engine.Txn) error {
+			if len(batch) == 0 {
+				t.Set(layoutKey, []byte{keyLayout}, 0)
+				return nil
+			}
+			token, flush := b.nextFlush()
+			for _, o := range batch {
+				t.Delete(withPrefix(prefixCountsV1, o.id))
+				c, err := decodeCounts(o.val)
+				if err != nil {
+					continue // unreadable counts count as none
+				}
+				rec, expiresAt, err := b.readRecord(t, o.id)
+				if err != nil && !errors.Is(err, backend.ErrCorrupt) {
+					return err
+				}
+				switch {
+				case rec == nil:
+				case rec.State == backend.StateDone:
+					t.Set(countsKey(o.id, token, flush), o.val, o.exp)
+				default: // released: its counts go on in the record
+					rec.AddTally(c)
+					t.Set(withPrefix(prefixRecord, o.id), backend.EncodeRecord(rec), expiresAt)
+				}
+			}
+			return nil
+		})
+		if err != nil || len(batch) == 0 {
+			return err
+		}
+	}
 }

@@ -6,13 +6,6 @@ import "github.com/idemkit/idem/internal/badger"
 // look at or damage what is stored. Writes through it bypass idem's log.
 func BadgerDB(b *Backend) *badger.DB { return b.eng.DB() }
 
-// TalliedLen returns how many records' counts b remembers, and its bound.
-func TalliedLen(b *Backend) (n, limit int) {
-	b.counts.mu.Lock()
-	defer b.counts.mu.Unlock()
-	return len(b.counts.m), b.counts.limit
-}
-
 // TuneBadger makes o change any engine option last: tests reach settings
 // no user needs (tiny value-log files, older table formats, no compactor).
 func TuneBadger(o Options, f func(*badger.Options)) Options {

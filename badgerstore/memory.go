@@ -10,17 +10,12 @@ import (
 type badgerShares struct {
 	memTable, baseTable, indexCache int64
 	memTables                       int // NumMemtables: those that may wait to be flushed
-	// tallied bounds the records whose counts the backend remembers
-	// between flushes (talliedCache, about 200 bytes each): B/8 KiB, at
-	// least 1024.
-	tallied int
 }
 
 // badgerSharesOf returns Badger's sizes for the budget b (already
 // defaulted): memtables of B/32 (1 to 64 MiB), two of them waiting to be
 // flushed at most, one below the default budget; tables of B/128 (256 KiB
-// to 8 MiB); an index cache of B/32; the counts of B/8 KiB records
-// remembered (idem's, beside Badger's).
+// to 8 MiB); an index cache of B/32.
 func badgerSharesOf(b int64) badgerShares {
 	const k64 = 64 << 10
 	clamp := func(x, lo, hi int64) int64 { return min(max(x/k64*k64, lo), hi) }
@@ -29,7 +24,6 @@ func badgerSharesOf(b int64) badgerShares {
 		baseTable:  clamp(b/128, 256<<10, 8<<20),
 		indexCache: b / 32,
 		memTables:  2,
-		tallied:    int(max(1024, b/(8<<10))),
 	}
 	if b < backend.DefaultMemoryBudget {
 		// Each memtable is an arena of 1.3 times its size: at the floor

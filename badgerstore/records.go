@@ -69,7 +69,6 @@ func (b *Backend) resident(key []byte) []byte {
 // by forgetting it. Nothing may change rec afterwards.
 func (b *Backend) put(t *engine.Txn, id []byte, rec *backend.Record, ttlFrom time.Time) error {
 	v := backend.EncodeRecord(rec)
-	b.counts.forget(id)
 	var exp uint64
 	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
 		exp = badgerTTL(max(rec.ExpiresAt.Sub(ttlFrom), 0) + reclaimGrace)
@@ -111,7 +110,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	if rec, err := b.peek(id); err != nil {
 		return nil, false, backend.Unavailable("claim", err)
 	} else if rec != nil && (rec.State == backend.StateInProgress || (rec.State == backend.StateDone && !rec.Expired(args.Now))) {
-		return rec.Clone(), false, nil
+		return rec, false, nil
 	}
 	// New claims stop while free space is below the reserve; the answers
 	// above, and completions of claims already made, go on.
@@ -155,23 +154,16 @@ func (b *Backend) newClaim(t *engine.Txn, scope, key string, id []byte, args bac
 		FirstSeen: args.Now, ClaimedAt: args.Now, Claims: 1, Owner: args.Owner,
 	}
 	if rec != nil {
-		// An expired record starts a new life; a released one goes on.
-		// Either way the counts kept beside the record go: into the new
-		// record if its life goes on (they must not expire with the
-		// released record), nowhere if it starts afresh.
+		// An expired record starts a new life: the counts beside it are
+		// of tokens below the new claim's, never read again, and expire
+		// on their own. A released one goes on, its counts in it.
 		if rec.State == backend.StateReleased {
-			c, err := b.readCounts(t, id)
-			if err != nil {
-				return nil, err
-			}
-			rec.AddTally(c)
 			n.FirstSeen = rec.FirstSeen
 			n.Claims = rec.Claims + 1
 			n.Attempts, n.MayHaveRunTwice = rec.Attempts, rec.MayHaveRunTwice
 			n.Replays, n.LastReplay = rec.Replays, rec.LastReplay
 			n.Conflicts, n.Mismatches, n.LastRejection = rec.Conflicts, rec.Mismatches, rec.LastRejection
 		}
-		t.Delete(withPrefix(prefixCounts, id))
 		if !rec.ExpiresAt.IsZero() {
 			t.Delete(expiryKey(rec.ExpiresAt, id))
 		}
@@ -280,8 +272,9 @@ func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d 
 }
 
 // peek reads the record of (scope, key), stored under id, outside the
-// committer, through readRecord. What it returns may be shared: the
-// caller must not change it.
+// committer, through readRecord. The record is decoded for the caller
+// (the decoder copies what it keeps out of the stored bytes), which may
+// have it.
 func (b *Backend) peek(id []byte) (*backend.Record, error) {
 	rec, _, err := b.readRecord(nil, id)
 	return rec, err
@@ -295,9 +288,7 @@ func (b *Backend) Get(ctx context.Context, scope, key string) (*backend.Record, 
 	id := recordID(scope, key)
 	rec, _, err := b.readRecord(nil, id)
 	if err == nil && rec != nil {
-		var c backend.Tally
-		c, err = b.readCounts(nil, id)
-		rec.AddTally(c)
+		err = b.addCounts(id, rec)
 	}
 	if err != nil {
 		return nil, backend.Unavailable("get", err)
@@ -395,8 +386,9 @@ func (b *Backend) reclaim(t *engine.Txn, now time.Time, due []expiryEntry, got *
 		if rec != nil && rec.State != backend.StateInProgress && rec.ExpiresAt.UnixNano() == e.at && !now.Before(rec.ExpiresAt) {
 			*got = append(*got, backend.Ref{Scope: rec.Scope, Key: rec.Key, Token: rec.Token})
 			t.Delete(withPrefix(prefixRecord, e.id))
-			t.Delete(withPrefix(prefixCounts, e.id))
-			b.counts.forget(e.id)
+			for _, k := range e.counts {
+				t.Delete(k)
+			}
 		}
 	}
 	last := due[len(due)-1].key
@@ -414,6 +406,10 @@ type expiryEntry struct {
 	at  int64
 	id  []byte
 	key []byte
+	// counts are the keys of the counts entries beside the record that
+	// Badger held when the entry was read: the reclaim deletes them with
+	// the record (one written since expires on its own).
+	counts [][]byte
 }
 
 // dueExpiries reads up to limit expiry index entries due at now, from the
@@ -437,7 +433,12 @@ func (b *Backend) dueExpiries(now time.Time, limit int) ([]expiryEntry, error) {
 			if at > now.UnixNano() {
 				break
 			}
-			due = append(due, expiryEntry{at, bytes.Clone(k[9:]), bytes.Clone(k)})
+			due = append(due, expiryEntry{at: at, id: bytes.Clone(k[9:]), key: bytes.Clone(k)})
+		}
+		counts := newCountsReader(txn)
+		defer counts.close()
+		for i := range due {
+			due[i].counts = counts.keys(due[i].id)
 		}
 		return nil
 	})

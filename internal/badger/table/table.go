@@ -106,6 +106,13 @@ type Table struct {
 
 	IsInmemory bool // Set to true if the table is on level 0 and opened in memory.
 	opt        *Options
+
+	// verified has a bit per block, set once the block's checksum was
+	// verified on a read (OnBlockRead, OnTableAndBlockRead): a block read
+	// again from the table's mapped file is not verified again, as one
+	// served from the block cache is not. VerifyChecksum verifies every
+	// block whatever its bit.
+	verified []atomic.Uint64
 }
 
 type cheapIndex struct {
@@ -465,6 +472,7 @@ func (t *Table) initIndex() (*fb.BlockOffset, error) {
 		OffsetsLength:     index.OffsetsLength(),
 		BloomFilterLength: index.BloomFilterLength(),
 	}
+	t.verified = make([]atomic.Uint64, (index.OffsetsLength()+63)/64)
 
 	t.hasBloomFilter = len(index.BloomFilterBytes()) > 0
 
@@ -525,6 +533,12 @@ func (t *Table) offsets(ko *fb.BlockOffset, i int) bool {
 // slice stored in the block will be reused when the ref becomes zero. The
 // caller should release the block by calling block.decrRef() on it.
 func (t *Table) block(idx int, useCache bool) (*Block, error) {
+	return t.readBlock(idx, useCache, false)
+}
+
+// readBlock is block; always verifies the block's checksum (in the
+// verifying modes) even if an earlier read did.
+func (t *Table) readBlock(idx int, useCache, always bool) (*Block, error) {
 	y.AssertTruef(idx >= 0, "idx=%d", idx)
 	if idx >= t.offsetsLength() {
 		return nil, errors.New("block out of index")
@@ -615,8 +629,11 @@ func (t *Table) block(idx int, useCache bool) (*Block, error) {
 
 	// Verify checksum on if checksum verification mode is OnRead on OnStartAndRead.
 	if t.opt.ChkMode == options.OnBlockRead || t.opt.ChkMode == options.OnTableAndBlockRead {
-		if err = blk.verifyCheckSum(); err != nil {
-			return nil, err
+		if always || !t.blockVerified(idx) {
+			if err = blk.verifyCheckSum(); err != nil {
+				return nil, err
+			}
+			t.setBlockVerified(idx)
 		}
 	}
 
@@ -635,6 +652,18 @@ func (t *Table) block(idx int, useCache bool) (*Block, error) {
 		// admitted to the cache. So, every block would be accounted for.
 	}
 	return blk, nil
+}
+
+// blockVerified reports whether block idx's checksum was verified since
+// the table was opened.
+func (t *Table) blockVerified(idx int) bool {
+	return idx/64 < len(t.verified) && t.verified[idx/64].Load()&(1<<(idx%64)) != 0
+}
+
+func (t *Table) setBlockVerified(idx int) {
+	if idx/64 < len(t.verified) {
+		t.verified[idx/64].Or(1 << (idx % 64))
+	}
 }
 
 // blockCacheKey is used to store blocks in the block cache.
@@ -719,7 +748,7 @@ func (t *Table) readTableIndex() (*fb.TableIndex, error) {
 func (t *Table) VerifyChecksum() error {
 	ti := t.fetchIndex()
 	for i := 0; i < ti.OffsetsLength(); i++ {
-		b, err := t.block(i, true)
+		b, err := t.readBlock(i, true, true)
 		if err != nil {
 			// b is nil here: the block's offset comes from the index.
 			var ko fb.BlockOffset
