@@ -193,8 +193,8 @@ func newPool(ctx context.Context, url string, maxConns int32, loading bool) (*pg
 }
 
 // Drop implements Dropper: it drops the records table, what pgstore
-// creates beside it (its documented names: Table_token, Table_version) and
-// the ledger of the transactional-effect workload.
+// creates beside it (its documented names: Table_token, Table_counts,
+// Table_version) and the ledger of the transactional-effect workload.
 func (s *idemPGStore) Drop(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.url)
 	if err != nil {
@@ -202,7 +202,7 @@ func (s *idemPGStore) Drop(ctx context.Context) error {
 	}
 	defer conn.Close(ctx)
 	q := func(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
-	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_version")+`, `+s.ledger()+`;
+	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_counts")+`, `+q(s.table+"_version")+`, `+s.ledger()+`;
 DROP SEQUENCE IF EXISTS `+q(s.table+"_token"))
 	return err
 }
