@@ -317,9 +317,11 @@ const maxClaimRounds = 16
 
 // Claim implements backend.Backend. It sends two statements in one round trip
 // (a pipelined batch): insert tries an absent key, takeOver a released or
-// expired one, and returns the stored row when neither claims. For DoTx
-// (txMarked) the new attempt carries DoTx's mark (txNote), written with
-// the claim itself.
+// expired one, and returns the stored row when neither claims. A record it
+// did not claim carries the counts of its row only, not those of the
+// counts table, which the Store does not read from Claim (Get adds them).
+// For DoTx (txMarked) the new attempt carries DoTx's mark (txNote),
+// written with the claim itself.
 func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimArgs) (*backend.Record, bool, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, false, err
@@ -558,7 +560,8 @@ func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d 
 		int32(min(max(d.Checks, 0), math.MaxInt32)), encodeTime(d.NextCheck), d.Attention)
 }
 
-// Get implements backend.Backend.
+// Get implements backend.Backend. The record's counts are those of its
+// row added to those of the counts table (tally.go).
 func (b *Backend) Get(ctx context.Context, scope, key string) (*backend.Record, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, err
