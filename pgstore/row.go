@@ -54,9 +54,14 @@ func countedColumns(r, c string) string {
 }
 
 // countsJoin joins the counts of the records row aliased r, as c: those
-// of the row's life only (see tally.go).
+// of the row's life only (see tally.go). It is a lookup of the counts'
+// primary key per records row, whatever the number of rows: OFFSET 0
+// keeps the planner from turning it into a merge join, which for a page of
+// Scan would read the counts table from its start.
 func countsJoin(r string) string {
-	return `LEFT JOIN {counts} AS c ON c.scope = ` + r + `.scope AND c.key = ` + r + `.key AND c.life = ` + r + `.first_seen`
+	return `LEFT JOIN LATERAL (
+	SELECT * FROM {counts} AS c WHERE c.scope = ` + r + `.scope AND c.key = ` + r + `.key AND c.life = ` + r + `.first_seen OFFSET 0
+) AS c ON true`
 }
 
 // row is a records row as scanned.
