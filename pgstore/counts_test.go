@@ -1,6 +1,10 @@
 package pgstore_test
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,4 +291,75 @@ func TestNew_UpgradesVersion3(t *testing.T) {
 	// schema.
 	_, err = pgstore.NewVersion3(ctx, pool(t), opts)
 	require.ErrorIs(t, err, pgstore.ErrSchemaVersion)
+}
+
+// The longest table name leaves room for the names made from it: the
+// counts table, and its primary key's index (which PostgreSQL shortens).
+func TestNew_LongestTableName(t *testing.T) {
+	name := uniqueTable("long")
+	name += strings.Repeat("x", pgstore.MaxTableLen-len(name))
+	b := newBackend(t, pool(t), &pgstore.Options{Table: name})
+	done(t, b, "k", epoch)
+	require.NoError(t, b.AddTallies(ctx, []backend.Tally{tally("k", 1, 0, epoch)}))
+	require.Equal(t, counts{Replays: 1, LastReplay: epoch}, getCounts(t, b, "k"))
+}
+
+// Flushes, Reclaims and claims of new lives on the same keys, from
+// several instances at once, never wait for each other in a cycle: the
+// server counts no deadlock (one would be retried, so the calls alone
+// could not tell).
+func TestBackend_Counts_NoDeadlock(t *testing.T) {
+	const keys, rounds = 200, 30
+	b0 := newBackend(t, pool(t), nil)
+	key := func(i int) string { return fmt.Sprintf("k%03d", i) }
+	for i := range keys {
+		done(t, b0, key(i), epoch.Add(time.Duration(i)*time.Millisecond))
+	}
+	deadlocks := func() int64 {
+		var n int64
+		require.NoError(t, pool(t).QueryRow(ctx, "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").Scan(&n))
+		return n
+	}
+	before := deadlocks()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*rounds*keys)
+	instance := func(fn func(b *pgstore.Backend, r int)) {
+		b := newBackend(t, newPool(t, 4), &pgstore.Options{Table: tableName(b0)})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				fn(b, r)
+			}
+		}()
+	}
+	for range 2 {
+		instance(func(b *pgstore.Backend, r int) {
+			batch := make([]backend.Tally, keys)
+			for i, j := range rand.Perm(keys) {
+				batch[i] = tally(key(j), 1, 1, epoch)
+			}
+			errs <- b.AddTallies(ctx, batch)
+		})
+	}
+	// Each round, the records of a tenth more keys have expired; one
+	// instance reclaims them, the other claims some afresh.
+	now := func(r int) time.Time { return epoch.Add(retention + time.Duration((r+1)*keys/rounds)*time.Millisecond) }
+	instance(func(b *pgstore.Backend, r int) {
+		_, err := b.Reclaim(ctx, now(r), keys)
+		errs <- err
+	})
+	instance(func(b *pgstore.Backend, r int) {
+		for _, i := range rand.Perm(keys)[:keys/10] {
+			_, _, err := b.Claim(ctx, "s", key(i), claimArgs("fp", now(r)))
+			errs <- err
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, before, deadlocks(), "deadlocks detected by the server")
 }
