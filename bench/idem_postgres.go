@@ -60,11 +60,17 @@ type idemPGStore struct {
 	url, schema, table string
 }
 
-// Footprint implements Footprinter: the table's size with its indexes
-// and TOAST; the server's memory is not counted.
+// Footprint implements Footprinter: the sizes of the records table and
+// of the counts table beside it, with their indexes and TOAST; the
+// server's memory is not counted.
 func (s *idemPGStore) Footprint(ctx context.Context) (int64, int64, string, error) {
 	n, err := pgTableBytes(ctx, s.url, pgx.Identifier{s.schema, s.table}.Sanitize())
-	return -1, n, "disk: pg_total_relation_size (table, indexes, TOAST; WAL not counted); memory: the server's, not measured", err
+	if err != nil {
+		return -1, 0, "", err
+	}
+	c, err := pgTableBytes(ctx, s.url, pgx.Identifier{s.schema, s.table + "_counts"}.Sanitize())
+	return -1, n + c, "disk: pg_total_relation_size of the records and counts tables (indexes, TOAST; WAL not counted); " +
+		"memory: the server's, not measured", err
 }
 
 // ledger is the quoted, qualified name of the transactional-effect
