@@ -262,6 +262,10 @@ RETURNING {r.cols}`)
 	// that also builds the story, so it is drawn only for a row that is
 	// claimed, once, for both columns.
 	//
+	// The EXISTS of forgot is evaluated once, before its scan: a claim
+	// that takes nothing (a replay through the batch, a fresh key)
+	// reads nothing of the counts.
+	//
 	// A stored row that was not claimed is returned with the counts of
 	// its own columns only, as read-first's SELECT (peek) returns it: the
 	// Store reads no counts from Claim, and a replay stays a single-row
@@ -269,7 +273,7 @@ RETURNING {r.cols}`)
 	takeOver = r.Replace(`
 WITH claimed AS (` + takeOverUpdate(note) + `
 ), forgot AS (
-	DELETE FROM {counts} AS c USING claimed AS r WHERE r.claims = 1 AND c.scope = $1 AND c.key = $2
+	DELETE FROM {counts} WHERE scope = $1 AND key = $2 AND EXISTS (SELECT FROM claimed WHERE claims = 1)
 )
 SELECT true, ` + countedColumns("r", "c") + ` FROM claimed AS r
 	LEFT JOIN {counts} AS c ON r.claims > 1 AND c.scope = r.scope AND c.key = r.key AND c.life = r.first_seen
