@@ -60,11 +60,17 @@ type idemPGStore struct {
 	url, schema, table string
 }
 
-// Footprint implements Footprinter: the table's size with its indexes
-// and TOAST; the server's memory is not counted.
+// Footprint implements Footprinter: the sizes of the records table and
+// of the counts table beside it, with their indexes and TOAST; the
+// server's memory is not counted.
 func (s *idemPGStore) Footprint(ctx context.Context) (int64, int64, string, error) {
 	n, err := pgTableBytes(ctx, s.url, pgx.Identifier{s.schema, s.table}.Sanitize())
-	return -1, n, "disk: pg_total_relation_size (table, indexes, TOAST; WAL not counted); memory: the server's, not measured", err
+	if err != nil {
+		return -1, 0, "", err
+	}
+	c, err := pgTableBytes(ctx, s.url, pgx.Identifier{s.schema, s.table + "_counts"}.Sanitize())
+	return -1, n + c, "disk: pg_total_relation_size of the records and counts tables (indexes, TOAST; WAL not counted); " +
+		"memory: the server's, not measured", err
 }
 
 // ledger is the quoted, qualified name of the transactional-effect
@@ -193,8 +199,8 @@ func newPool(ctx context.Context, url string, maxConns int32, loading bool) (*pg
 }
 
 // Drop implements Dropper: it drops the records table, what pgstore
-// creates beside it (its documented names: Table_token, Table_version) and
-// the ledger of the transactional-effect workload.
+// creates beside it (its documented names: Table_token, Table_counts,
+// Table_version) and the ledger of the transactional-effect workload.
 func (s *idemPGStore) Drop(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, s.url)
 	if err != nil {
@@ -202,7 +208,7 @@ func (s *idemPGStore) Drop(ctx context.Context) error {
 	}
 	defer conn.Close(ctx)
 	q := func(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
-	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_version")+`, `+s.ledger()+`;
+	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+q(s.table)+`, `+q(s.table+"_counts")+`, `+q(s.table+"_version")+`, `+s.ledger()+`;
 DROP SEQUENCE IF EXISTS `+q(s.table+"_token"))
 	return err
 }

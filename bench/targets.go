@@ -275,7 +275,8 @@ func missNotes() map[string]string {
 			"six columns a replay needs (format, state, fingerprint, token, expiry, the msgpack result), not the row's " +
 			"26 with its jsonb story. What is left against the pgx peer's SELECT of three columns: the Store's own " +
 			"work around the call (validation, the fingerprint compared, the replay cached, and counted: every " +
-			"replayed row gets an UPDATE of its counts, batched, which the peer does not write), and, in this " +
+			"replayed key's row of counts in the narrow counts table is inserted or added to, batched, which the " +
+			"peer does not write; the record's row is not written), and, in this " +
 			"workload, a new Store and Backend per pass over the keys. At 32 goroutines the two cores are the limit, " +
 			"and PostgreSQL's server shares them, so the counts' writes and the client's CPU per replay weigh there; " +
 			"at one goroutine the round trip dominates.",

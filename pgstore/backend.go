@@ -25,9 +25,10 @@ type queries struct {
 	completeTx                               string // fenced: DoTx's completion, in the effect's transaction
 	lateGet, lateInsert, lateDone            string // CompleteLate
 	lateTwice                                string // CompleteLate
-	get, stale, reclaim, scan                string
+	get, stale, reclaim, scan                string // whole records, their counts added
+	peek                                     string // Claim's read-first path: the row alone
 	getBrief                                 string // Claim's read-first path for Store.Begin (backend.ClaimArgs.Brief)
-	tally                                    string
+	tally                                    string // tally.go
 }
 
 // The story of a record (backend.Record.Attempts) is kept in the attempts
@@ -91,7 +92,7 @@ func endAttempt(n int) string {
 }
 
 func newQueries(n names) queries {
-	r := strings.NewReplacer("{table}", n.table, "{seq}", quoteLiteral(n.seq), "{zero}", zero,
+	r := strings.NewReplacer("{table}", n.table, "{seq}", quoteLiteral(n.seq), "{counts}", n.counts, "{zero}", zero,
 		"{cols}", columns(""), "{r.cols}", columns("r"))
 	// Every fenced write ends a hand-out (see Stale): the claim has moved
 	// on, and whoever sweeps next must see it as it is now.
@@ -148,7 +149,9 @@ UPDATE {table} SET result = $4 WHERE scope = $1 AND key = $2 AND state = 2 AND t
 UPDATE {table} SET checks = $4, next_check = $5, attention = $6, ` + settled + `
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 
-		get:      r.Replace(`SELECT {cols} FROM {table} WHERE scope = $1 AND key = $2`),
+		get: r.Replace(`SELECT ` + countedColumns("r", "c") + ` FROM {table} AS r ` + countsJoin("r") + `
+WHERE r.scope = $1 AND r.key = $2`),
+		peek:     r.Replace(`SELECT {cols} FROM {table} WHERE scope = $1 AND key = $2`),
 		getBrief: r.Replace(`SELECT ` + briefColumns + ` FROM {table} WHERE scope = $1 AND key = $2`),
 
 		// stale reads the due claims through the partial index on open
@@ -161,8 +164,46 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`),
 		// the same row from statements that overlap. The rows are locked by
 		// this statement, so their ctids hold until it writes them: the
 		// write is a TID scan of exactly the rows chosen, whatever the
-		// table's size.
+		// table's size. The counts are added to what it returns.
 		stale: r.Replace(`
+WITH h AS (` + staleUpdate + `)
+SELECT ` + countedColumns("h", "c") + ` FROM h ` + countsJoin("h")),
+
+		// reclaim deletes a batch of expired records through the partial
+		// index on expiry, as stale chooses its rows. A row locked by a
+		// claim in flight is skipped: the claim may be reviving it. A row
+		// claimed again since the snapshot is locked on its newest version
+		// and checked again, so a live record is never deleted.
+		//
+		// The counts of the deleted records go with them, in the same
+		// statement. Their rows are locked first in (scope, key) order, as
+		// tally locks them, so that a flush and a reclaim sharing records
+		// never wait for each other in a cycle. Counts a flush inserts
+		// after this statement's snapshot are not seen: such a row is an
+		// earlier life's to the key's next record (see tally.go).
+		reclaim: r.Replace(`
+WITH gone AS (` + reclaimDelete + `
+), doomed AS (
+	SELECT c.scope, c.key FROM {counts} AS c JOIN gone AS g ON c.scope = g.scope AND c.key = g.key
+	ORDER BY c.scope, c.key
+	FOR UPDATE OF c
+), forgot AS (
+	DELETE FROM {counts} AS c USING doomed AS d WHERE c.scope = d.scope AND c.key = d.key
+)
+SELECT scope, key, token FROM gone`),
+
+		scan: r.Replace(`
+SELECT ` + countedColumns("r", "c") + ` FROM {table} AS r ` + countsJoin("r") + `
+WHERE (r.scope, r.key) > ($1, $2) ORDER BY r.scope, r.key LIMIT $3`),
+
+		tally: r.Replace(tallyUpsert),
+	}
+	lateQueries(&q, r)
+	return q
+}
+
+// staleUpdate is stale's UPDATE, returning the rows it handed out.
+const staleUpdate = `
 UPDATE {table} AS r SET sweeper = $2, sweep_until = $4
 WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM {table}
@@ -172,14 +213,11 @@ WHERE ctid = ANY(ARRAY(
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ))
-RETURNING {r.cols}`),
+RETURNING {r.cols}`
 
-		// reclaim deletes a batch of expired records through the partial
-		// index on expiry, as stale chooses its rows. A row locked by a
-		// claim in flight is skipped: the claim may be reviving it. A row
-		// claimed again since the snapshot is locked on its newest version
-		// and checked again, so a live record is never deleted.
-		reclaim: r.Replace(`
+// reclaimDelete is reclaim's DELETE of the records, returning what it
+// deleted.
+const reclaimDelete = `
 DELETE FROM {table}
 WHERE ctid = ANY(ARRAY(
 	SELECT ctid FROM {table}
@@ -188,40 +226,7 @@ WHERE ctid = ANY(ARRAY(
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 ))
-RETURNING scope, key, token`),
-
-		scan: r.Replace(`
-SELECT {cols} FROM {table} WHERE (scope, key) > ($1, $2) ORDER BY scope, key LIMIT $3`),
-
-		// tally adds a batch of counts, one array element per record, in
-		// one statement. A record that no longer exists matches nothing and
-		// is skipped. AddTallies sends each record once (UPDATE ... FROM
-		// would apply only one of two matches). The rows are locked first,
-		// in (scope, key) order, by the locked CTE: an UPDATE ... FROM
-		// locks rows in whatever order its join produces them (the heap's,
-		// for a hash join), so two batches sharing records could each hold
-		// a row the other waits for. With ORDER BY ... FOR UPDATE the sort
-		// comes before the locking, so every batch, in every instance,
-		// locks its rows in one global order and none waits in a cycle;
-		// the UPDATE then touches only rows it already holds.
-		tally: r.Replace(`
-WITH t AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
-		AS t(scope, key, replays, conflicts, mismatches, last_replay, last_rejection)
-), locked AS (
-	SELECT r.scope, r.key FROM {table} AS r JOIN t ON r.scope = t.scope AND r.key = t.key
-	ORDER BY r.scope, r.key
-	FOR UPDATE OF r
-)
-UPDATE {table} AS r SET
-	replays = r.replays + t.replays, conflicts = r.conflicts + t.conflicts, mismatches = r.mismatches + t.mismatches,
-	last_replay = greatest(r.last_replay, t.last_replay), last_rejection = greatest(r.last_rejection, t.last_rejection)
-FROM t JOIN locked AS l ON l.scope = t.scope AND l.key = t.key
-WHERE r.scope = t.scope AND r.key = t.key`),
-	}
-	lateQueries(&q, r)
-	return q
-}
+RETURNING scope, key, token`
 
 // claimQueries returns Claim's two statements (see Claim), the new attempt
 // noted with note when it is not empty.
@@ -250,11 +255,37 @@ RETURNING {r.cols}`)
 	// tries again if that was claimable.
 	//
 	// A released record's life goes on: its story and counts are kept
-	// and the new attempt appended. An expired one starts afresh. The
-	// token is drawn by the sub-select that also builds the story, so it
-	// is drawn only for a row that is claimed, once, for both columns.
+	// (those of the counts table too: the claimed record is returned with
+	// them) and the new attempt appended. An expired one starts afresh,
+	// its claim count at 1, and the counts table's row of the old life is
+	// deleted in the same statement. The token is drawn by the sub-select
+	// that also builds the story, so it is drawn only for a row that is
+	// claimed, once, for both columns.
+	//
+	// The EXISTS of forgot is evaluated once, before its scan: a claim
+	// that takes nothing (a replay through the batch, a fresh key)
+	// reads nothing of the counts.
+	//
+	// A stored row that was not claimed is returned with the counts of
+	// its own columns only, as read-first's SELECT (peek) returns it: the
+	// Store reads no counts from Claim, and a replay stays a single-row
+	// SELECT of the records table.
 	takeOver = r.Replace(`
-WITH claimed AS (
+WITH claimed AS (` + takeOverUpdate(note) + `
+), forgot AS (
+	DELETE FROM {counts} WHERE scope = $1 AND key = $2 AND EXISTS (SELECT FROM claimed WHERE claims = 1)
+)
+SELECT true, ` + countedColumns("r", "c") + ` FROM claimed AS r
+	LEFT JOIN {counts} AS c ON r.claims > 1 AND c.scope = r.scope AND c.key = r.key AND c.life = r.first_seen
+UNION ALL
+SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`)
+	return insert, takeOver
+}
+
+// takeOverUpdate is the UPDATE of takeOver, returning the claimed row:
+// the new attempt noted with note when it is not empty.
+func takeOverUpdate(note string) string {
+	return `
 	UPDATE {table} AS r SET
 		format = $3, state = 1, fingerprint = $4, lease_ends = $5,
 		expires_at = {zero}, retention = $6, result = NULL,
@@ -277,12 +308,7 @@ WITH claimed AS (
 		twice = r.state = 3 AND r.twice,
 		sweeper = '', sweep_until = {zero}
 	WHERE r.scope = $1 AND r.key = $2 AND (r.state = 3 OR (r.state = 2 AND r.expires_at <= $7))
-	RETURNING true, {r.cols}
-)
-SELECT * FROM claimed
-UNION ALL
-SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`)
-	return insert, takeOver
+	RETURNING {r.cols}`
 }
 
 // quoteLiteral quotes s as an SQL string literal.
@@ -295,9 +321,11 @@ const maxClaimRounds = 16
 
 // Claim implements backend.Backend. It sends two statements in one round trip
 // (a pipelined batch): insert tries an absent key, takeOver a released or
-// expired one, and returns the stored row when neither claims. For DoTx
-// (txMarked) the new attempt carries DoTx's mark (txNote), written with
-// the claim itself.
+// expired one, and returns the stored row when neither claims. A record it
+// did not claim carries the counts of its row only, not those of the
+// counts table, which the Store does not read from Claim (Get adds them).
+// For DoTx (txMarked) the new attempt carries DoTx's mark (txNote),
+// written with the claim itself.
 func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimArgs) (*backend.Record, bool, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, false, err
@@ -359,7 +387,7 @@ func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, br
 	if brief {
 		rec, err = scanBrief(b.pool.QueryRow(ctx, b.q.getBrief, scope, key), scope, key)
 	} else {
-		rec, err = scanRecord(b.pool.QueryRow(ctx, b.q.get, scope, key))
+		rec, err = scanRecord(b.pool.QueryRow(ctx, b.q.peek, scope, key))
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -536,7 +564,8 @@ func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d 
 		int32(min(max(d.Checks, 0), math.MaxInt32)), encodeTime(d.NextCheck), d.Attention)
 }
 
-// Get implements backend.Backend.
+// Get implements backend.Backend. The record's counts are those of its
+// row added to those of the counts table (tally.go).
 func (b *Backend) Get(ctx context.Context, scope, key string) (*backend.Record, error) {
 	if err := validate(scope, key); err != nil {
 		return nil, err

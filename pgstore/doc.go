@@ -39,10 +39,18 @@
 // appends the new attempt (keeping the first and the latest ones, at most
 // backend.KeptAttempts), Complete and Release end it. It is written with the row,
 // atomically, and costs no extra round trip. The counts of replays and
-// rejections (backend.Tallier) arrive from the Store in batches: AddTallies
-// adds a batch to the rows still there with one UPDATE ... FROM unnest(...)
-// per few thousand records, locking the rows in (scope, key) order first so
-// that concurrent batches cannot deadlock, and never creates a row.
+// rejections (backend.Tallier) arrive from the Store in batches, and go to
+// a narrow table of their own beside the records (Table_counts): AddTallies
+// inserts or adds to one row of a few numbers per counted record, with one
+// INSERT ... SELECT ... FROM unnest(...) ON CONFLICT DO UPDATE per few
+// thousand records, writing the rows in (scope, key) order so that
+// concurrent batches cannot deadlock. A replay thus never writes its
+// record's row. Get, Scan and Stale add a record's row of counts to the
+// counts in its own columns (which hold what was counted before schema 4);
+// Claim's answers carry only the latter, except for the claim of a released
+// record, whose life and counts go on. Reclaim deletes a record's counts
+// with it, and a claim of an expired record deletes the old life's
+// (tally.go).
 //
 // Stale walks a partial index of the open claims (its cost grows with them,
 // not with the table) and hands each stale claim to one backend instance at
@@ -121,6 +129,13 @@
 // or run the key again up to the skew earlier, and a row changed by hand
 // is not seen by a running Store until it expires: keep the instances'
 // clocks in sync and change rows only through idem.
+//
+// Counts are statistics, not a ledger: those a flush writes while a
+// claim starts the record's new life, or while Reclaim deletes it, may be
+// dropped, and a row of counts that such a race (or an instance of an
+// older release) leaves without its record stays in the counts table until
+// the key is counted or reclaimed again. It counts for nothing meanwhile:
+// a row of counts names the life it belongs to (tally.go).
 //
 // The hand-out deadline is computed from the sweeping instance's clock and
 // compared with the others' clocks: keep the instances' clocks within a

@@ -36,8 +36,9 @@ type Options struct {
 	Schema string
 
 	// Table is the name of the records table. Beside it New creates the
-	// sequence Table_token, the indexes Table_stale and Table_expiry and the
-	// migration table Table_version. At most MaxTableLen bytes. Default
+	// sequence Table_token, the indexes Table_stale and Table_expiry, the
+	// table of replay and rejection counts Table_counts and the migration
+	// table Table_version. At most MaxTableLen bytes. Default
 	// "idem_records". Two stores are separate when their tables are.
 	Table string
 
@@ -87,8 +88,20 @@ var (
 //
 // The pool stays the caller's: Close does not close it.
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, error) {
+	b, n, err := open(ctx, pool, opts, 0)
+	if err != nil {
+		return nil, err
+	}
+	b.q = newQueries(n)
+	return b, nil
+}
+
+// open checks opts and returns a Backend without its statements, after
+// migrating its tables to version upTo (0: the latest). Only tests pass
+// an older version (export_test.go).
+func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, upTo int) (*Backend, names, error) {
 	if pool == nil {
-		return nil, errors.New("pgstore: New with a nil pool")
+		return nil, names{}, errors.New("pgstore: New with a nil pool")
 	}
 	var o Options
 	if opts != nil {
@@ -98,7 +111,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, erro
 		o.Table = DefaultTable
 	}
 	if len(o.Table) > MaxTableLen {
-		return nil, fmt.Errorf("pgstore: table name %q is longer than %d bytes", o.Table, MaxTableLen)
+		return nil, names{}, fmt.Errorf("pgstore: table name %q is longer than %d bytes", o.Table, MaxTableLen)
 	}
 	if o.StatementTimeout == 0 {
 		o.StatementTimeout = DefaultStatementTimeout
@@ -111,13 +124,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Backend, erro
 	_, _ = rand.Read(id[:])
 	b.id = hex.EncodeToString(id[:])
 
-	n, err := b.migrate(ctx, o.Schema, o.Table)
+	n, err := b.migrate(ctx, o.Schema, o.Table, upTo)
 	if err != nil {
-		return nil, err
+		return nil, n, err
 	}
 	b.table = n.table
-	b.q = newQueries(n)
-	return b, nil
+	return b, n, nil
 }
 
 // Table returns the schema-qualified, quoted name of the records table, for
@@ -141,6 +153,7 @@ type names struct {
 	base    string // unquoted table name
 	table   string
 	seq     string
+	counts  string // the replay and rejection counts (tally.go)
 	version string
 	stale   string // index names are unqualified: CREATE INDEX takes no schema
 	expiry  string
@@ -154,6 +167,7 @@ func newNames(schema, table string) names {
 		base:    table,
 		table:   q(table),
 		seq:     q(table + "_token"),
+		counts:  q(table + "_counts"),
 		version: q(table + "_version"),
 		stale:   pgx.Identifier{table + "_stale"}.Sanitize(),
 		expiry:  pgx.Identifier{table + "_expiry"}.Sanitize(),

@@ -35,6 +35,35 @@ func columns(alias string) string {
 	return alias + "." + strings.ReplaceAll(recordColumns, ", ", ", "+alias+".")
 }
 
+// countedColumns lists recordColumns of the records row aliased r, with
+// the counts of the counts row aliased c added to the row's own: c comes
+// from a LEFT JOIN (countsJoin), and is NULL where no counts were added.
+func countedColumns(r, c string) string {
+	cols := strings.Split(recordColumns, ", ")
+	for i, col := range cols {
+		switch col {
+		case "replays", "conflicts", "mismatches":
+			cols[i] = r + "." + col + " + coalesce(" + c + "." + col + ", 0)"
+		case "last_replay", "last_rejection":
+			cols[i] = "greatest(" + r + "." + col + ", " + c + "." + col + ")" // NULLs ignored
+		default:
+			cols[i] = r + "." + col
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// countsJoin joins the counts of the records row aliased r, as c: those
+// of the row's life only (see tally.go). It is a lookup of the counts'
+// primary key per records row, whatever the number of rows: OFFSET 0
+// keeps the planner from turning it into a merge join, which for a page of
+// Scan would read the counts table from its start.
+func countsJoin(r string) string {
+	return `LEFT JOIN LATERAL (
+	SELECT * FROM {counts} AS c WHERE c.scope = ` + r + `.scope AND c.key = ` + r + `.key AND c.life = ` + r + `.first_seen OFFSET 0
+) AS c ON true`
+}
+
 // row is a records row as scanned.
 type row struct {
 	scope, key                      string

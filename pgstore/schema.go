@@ -18,7 +18,7 @@ const zero = "(-9223372036854775807 - 1)"
 type migration struct {
 	version     int
 	description string
-	sql         string // with {table}, {seq}, {stale}, {expiry} and {zero}
+	sql         string // with {table}, {seq}, {stale}, {expiry}, {counts} and {zero}
 }
 
 // migrations returns every migration in order.
@@ -86,13 +86,37 @@ COMMENT ON COLUMN {table}.attempts IS 'the claims of the record''s life, oldest 
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS twice boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN {table}.twice IS 'idem Record.MayHaveRunTwice: a holder whose claim had been recovered finished its effect after the key was claimed again';
 `,
+	}, {
+		version:     4,
+		description: "replay and rejection counts in a narrow table of their own",
+		// Counting a replay no longer rewrites the record's row (see
+		// tally.go). The counts already in the records' columns stay
+		// there: reads add both, so the migration moves nothing and
+		// instances of the previous release still running go on (their
+		// counts land in the records' columns, which reads still add).
+		// The fill factor leaves room on each page for the new version of
+		// an updated row, so that a flush's updates stay heap-only.
+		sql: `
+CREATE TABLE IF NOT EXISTS {counts} (
+	scope          text COLLATE "C" NOT NULL,
+	key            text COLLATE "C" NOT NULL,
+	life           bigint NOT NULL,
+	replays        bigint NOT NULL,
+	conflicts      bigint NOT NULL,
+	mismatches     bigint NOT NULL,
+	last_replay    bigint NOT NULL,
+	last_rejection bigint NOT NULL,
+	PRIMARY KEY (scope, key)
+) WITH (fillfactor = 70);
+COMMENT ON TABLE {counts} IS 'idem replay and rejection counts of the records table beside it, added to the counts in the record''s own columns when a record is read. life is the first_seen of the record''s life the counts belong to: a row whose life is not its record''s first_seen is an earlier life''s and counts for nothing.';
+`,
 	}}
 }
 
 // migrate resolves the schema, then brings the tables to the latest
-// version in one transaction under an advisory lock, and returns their
-// names.
-func (b *Backend) migrate(ctx context.Context, schema, table string) (names, error) {
+// version (or to version upTo, when it is not 0: for tests) in one
+// transaction under an advisory lock, and returns their names.
+func (b *Backend) migrate(ctx context.Context, schema, table string, upTo int) (names, error) {
 	var n names
 	// READ COMMITTED whatever the server's default: once the lock is
 	// granted, the next statement must see what the holder committed.
@@ -139,6 +163,9 @@ func (b *Backend) migrate(ctx context.Context, schema, table string) (names, err
 		}
 	}
 	all := migrations()
+	if upTo > 0 {
+		all = all[:upTo]
+	}
 	latest := all[len(all)-1].version
 	if current > latest {
 		return n, fmt.Errorf("%w: %s is at version %d, this release knows up to %d", ErrSchemaVersion, n.table, current, latest)
@@ -158,7 +185,8 @@ func (b *Backend) migrate(ctx context.Context, schema, table string) (names, err
 			return n, fmt.Errorf("pgstore: create %s: %w", n.version, b.fail(ctx, "migrate", err))
 		}
 	}
-	r := strings.NewReplacer("{table}", n.table, "{seq}", n.seq, "{stale}", n.stale, "{expiry}", n.expiry, "{zero}", zero)
+	r := strings.NewReplacer("{table}", n.table, "{seq}", n.seq, "{stale}", n.stale, "{expiry}", n.expiry,
+		"{counts}", n.counts, "{zero}", zero)
 	for _, m := range all {
 		if m.version <= current {
 			continue
