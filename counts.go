@@ -46,7 +46,7 @@ type tallies struct {
 	m        map[tallyKey]*backend.Tally
 }
 
-func (t *tallies) add(scope, key string, kind EventKind, at, expiresAt time.Time) (full bool) {
+func (t *tallies) add(scope, key string, kind EventKind, at, expiresAt time.Time, token uint64) (full bool) {
 	t.mu.Lock()
 	if t.m == nil {
 		t.m = map[tallyKey]*backend.Tally{}
@@ -62,6 +62,7 @@ func (t *tallies) add(scope, key string, kind EventKind, at, expiresAt time.Time
 	if expiresAt.After(c.ExpiresAt) {
 		c.ExpiresAt = expiresAt
 	}
+	c.Token = max(c.Token, token)
 	switch kind {
 	case EventReplayed:
 		c.Replays++
@@ -106,10 +107,11 @@ func (s *Store) count(scope, key string, rec *Record, kind EventKind, at time.Ti
 		return
 	}
 	var expiresAt time.Time
+	var token uint64
 	if rec.State == StateDone {
-		expiresAt = rec.ExpiresAt
+		expiresAt, token = rec.ExpiresAt, rec.Token
 	}
-	if s.counts.add(scope, key, kind, at, expiresAt) {
+	if s.counts.add(scope, key, kind, at, expiresAt, token) {
 		s.flushSoon()
 	}
 }

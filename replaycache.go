@@ -350,7 +350,7 @@ func (h *hotSet) takeCounts(out []backend.Tally) []backend.Tally {
 		sh := &h.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.pending {
-			t := backend.Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays, ExpiresAt: e.expiresAt}
+			t := backend.Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays, ExpiresAt: e.expiresAt, Token: e.token}
 			if e.lastReplay != 0 {
 				t.LastReplay = time.Unix(0, e.lastReplay)
 			}

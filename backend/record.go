@@ -190,11 +190,13 @@ type Tally struct {
 	Scope, Key                     string
 	Replays, Conflicts, Mismatches int64
 	LastReplay, LastRejection      time.Time
-	// ExpiresAt is the counted record's expiry if the counts were taken
-	// on a done record, zero otherwise (a claim in progress): with it a
-	// backend may store the counts beside the record, expiring with it,
-	// without reading the record first.
+	// ExpiresAt and Token are the counted record's expiry and fencing
+	// token if the counts were taken on a done record, zero otherwise (a
+	// claim in progress): with them a backend may store the counts beside
+	// the record, for its life and expiring with it, without reading the
+	// record first.
 	ExpiresAt time.Time
+	Token     uint64
 }
 
 // AddTally adds t's counts to r, keeping the latest times.
@@ -224,6 +226,7 @@ func (t *Tally) Add(u Tally) {
 	if u.ExpiresAt.After(t.ExpiresAt) {
 		t.ExpiresAt = u.ExpiresAt
 	}
+	t.Token = max(t.Token, u.Token)
 }
 
 // Stale reports whether an in-progress record's lease has ended at now.

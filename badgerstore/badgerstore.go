@@ -458,8 +458,9 @@ func expiryKey(at time.Time, id []byte) []byte {
 // may drop d from now.
 func badgerTTL(d time.Duration) uint64 { return uint64(time.Now().Add(d).Unix()) }
 
-// Maintain runs Badger's value-log garbage collection once, so that space
-// freed by reclaimed records returns to the disk over time. The store calls
+// Maintain folds the counts beside records (counts.go), then runs
+// Badger's value-log garbage collection once, so that space freed by
+// reclaimed records returns to the disk over time. The store calls
 // it from its background sweep. What the collection rewrites is synced
 // before the value-log files it emptied are deleted (Engine.ValueLogGC).
 func (b *Backend) Maintain(ctx context.Context) error {
@@ -467,6 +468,9 @@ func (b *Backend) Maintain(ctx context.Context) error {
 		return nil
 	}
 	defer b.gcMu.Unlock()
+	if err := b.foldCounts(ctx); err != nil {
+		return backend.Unavailable("maintain", err)
+	}
 	_, err := b.eng.ValueLogGC(ctx, 0.5, 4)
 	return backend.Unavailable("maintain", fromEngine(err))
 }

@@ -19,16 +19,14 @@ import (
 // root package's counts.go). A flush must cost the replays nothing it can
 // avoid: it writes, and never reads. Each flush adds, for each done record
 // it counts, one small entry beside the record under prefixCounts, keyed
-// by the record's id and the flush's stamp, holding the counts of that
-// flush alone. The stamp is the highest fencing token handed out when the
-// flush ran (at least the token of every claim made before it, and below
-// that of every claim made after), then a number unique to the flush. The
-// entry takes its Badger TTL from the expiry the Tally carries, so that it
-// expires with its record without the record being read. Get and Scan add
-// up the entries of a record whose stamp's token is at least the record's
-// token: the entries of an earlier life of the key (before a claim after
-// its expiry) are never counted; the reclaim deletes those it finds, and
-// the others expire on their own.
+// by the record's id, its fencing token (the claim that completed it: the
+// record's life) and a number unique to the flush, holding the counts of
+// that flush alone. The Tally carries the token and the record's expiry,
+// from which the entry takes its Badger TTL, so that it expires with its
+// record without the record being read. Get and Scan add up the entries
+// of a record under its token: those of an earlier life of the key (before
+// a claim after its expiry) are never counted; the reclaim deletes those
+// it finds, and the others expire on their own.
 //
 // The rare tallies taken on a claim in progress (conflicts, mismatches)
 // carry no expiry: they are added into the record itself, which the open
@@ -55,12 +53,12 @@ var layoutKey = []byte("s/layout")
 // only by the migration.
 const prefixCountsV1 = 't'
 
-// stampLen is the length of a counts entry's stamp: the highest token
-// handed out when its flush ran, and the flush's own number, big-endian.
+// stampLen is the length of a counts entry's stamp: its record's token,
+// and the flush's own number, big-endian.
 const stampLen = 16
 
-// countsKey is the key of the counts added by the flush with the stamp
-// (token, flush) to the record of id.
+// countsKey is the key of the counts added by the flush numbered flush to
+// the record of id whose token is token.
 func countsKey(id []byte, token, flush uint64) []byte {
 	k := make([]byte, 0, 1+len(id)+stampLen)
 	k = append(k, prefixCounts)
@@ -69,14 +67,13 @@ func countsKey(id []byte, token, flush uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, flush)
 }
 
-// nextFlush returns the stamp of a flush: the highest token handed out,
-// and a number no other flush of the store took. Flushes are numbered from
-// the wall clock's nanoseconds at open on, so that the flushes of another
-// process life under the same token get other numbers. It runs on the
-// committer only.
-func (b *Backend) nextFlush() (token, flush uint64) {
+// nextFlush returns a number no other flush of the store took. Flushes
+// are numbered from the wall clock's nanoseconds at open on, so that those
+// of another process life get other numbers. It runs on the committer
+// only.
+func (b *Backend) nextFlush() uint64 {
 	b.lastFlush = max(b.lastFlush+1, uint64(time.Now().UnixNano()))
-	return b.lastToken, b.lastFlush
+	return b.lastFlush
 }
 
 func encodeCounts(c backend.Tally) []byte {
@@ -159,7 +156,7 @@ func (r *countsReader) add(id []byte, rec *backend.Record) {
 		if len(k) != len(prefix)+stampLen {
 			continue // the entry of a longer id with this one as prefix
 		}
-		if binary.BigEndian.Uint64(k[len(prefix):]) < rec.Token {
+		if binary.BigEndian.Uint64(k[len(prefix):]) != rec.Token {
 			continue // an earlier life's
 		}
 		_ = r.it.Item().Value(func(v []byte) error {
@@ -218,12 +215,12 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 		err := b.update(func(w *engine.Txn) error {
 			n = 0
 			written := 0
-			token, flush := b.nextFlush()
+			flush := b.nextFlush()
 			for _, c := range all {
 				if n == opMax || written > opBytes {
 					break
 				}
-				size, err := b.addTally(w, countsKey(c.id, token, flush), c.id, c.t)
+				size, err := b.addTally(w, flush, c.id, c.t)
 				if err != nil {
 					return err
 				}
@@ -240,11 +237,12 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 	return nil
 }
 
-// addTally adds c to the record of id in the op t, beside it under key if
-// it is done, and returns about how many bytes it wrote.
-func (b *Backend) addTally(t *engine.Txn, key, id []byte, c backend.Tally) (int, error) {
+// addTally adds c to the record of id in the op t, beside it as the flush
+// numbered flush if it is done, and returns about how many bytes it wrote.
+func (b *Backend) addTally(t *engine.Txn, flush uint64, id []byte, c backend.Tally) (int, error) {
 	var exp uint64
-	if at := latest(c); !c.ExpiresAt.IsZero() && !at.IsZero() {
+	token := c.Token
+	if at := latest(c); !c.ExpiresAt.IsZero() && token != 0 && !at.IsZero() {
 		// Counted on a done record: its Badger TTL, as put set it.
 		exp = badgerTTL(max(c.ExpiresAt.Sub(at), 0) + reclaimGrace)
 	} else {
@@ -265,9 +263,9 @@ func (b *Backend) addTally(t *engine.Txn, key, id []byte, c backend.Tally) (int,
 			t.OnCommit(func() { b.reopen(id, v) })
 			return len(v), nil
 		}
-		exp = expiresAt
+		exp, token = expiresAt, rec.Token
 	}
-	v := encodeCounts(c)
+	key, v := countsKey(id, token, flush), encodeCounts(c)
 	t.Set(key, v, exp)
 	return len(key) + len(v), nil
 }
@@ -340,7 +338,7 @@ func (b *Backend) migrateCounts() error {
 				t.Set(layoutKey, []byte{keyLayout}, 0)
 				return nil
 			}
-			token, flush := b.nextFlush()
+			flush := b.nextFlush()
 			for _, o := range batch {
 				t.Delete(withPrefix(prefixCountsV1, o.id))
 				c, err := decodeCounts(o.val)
@@ -354,7 +352,7 @@ func (b *Backend) migrateCounts() error {
 				switch {
 				case rec == nil:
 				case rec.State == backend.StateDone:
-					t.Set(countsKey(o.id, token, flush), o.val, o.exp)
+					t.Set(countsKey(o.id, rec.Token, flush), o.val, o.exp)
 				default: // released: its counts go on in the record
 					rec.AddTally(c)
 					t.Set(withPrefix(prefixRecord, o.id), backend.EncodeRecord(rec), expiresAt)
@@ -366,4 +364,118 @@ func (b *Backend) migrateCounts() error {
 			return err
 		}
 	}
+}
+
+// Folding the counts.
+//
+// Each flush adds an entry for each record it counts, so a record
+// replayed all day gathers thousands, and the store's size would grow with
+// its replays rather than its records. Maintain (from the Store's sweep)
+// folds them in one pass of an iterator, reading no record: the entries of
+// one life of a record (one token) are replaced by one holding their sum,
+// and those of a life before the latest go. Entries written during the
+// pass stay as they are, for the next.
+
+// foldBatch bounds the entries one op of a fold deletes.
+const foldBatch = 4096
+
+// countsEntry is a counts entry read by a fold.
+type countsEntry struct {
+	key []byte
+	val []byte
+	exp uint64
+}
+
+// foldCounts folds the counts entries of every record.
+func (b *Backend) foldCounts(ctx context.Context) error {
+	var ops [][]countsEntry // the entries of each record to fold, in one op
+	pending := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		err := b.update(func(t *engine.Txn) error {
+			f := b.nextFlush()
+			for _, es := range ops {
+				foldRecord(t, f, es)
+			}
+			return nil
+		})
+		ops, pending = ops[:0], 0
+		return err
+	}
+	var id []byte // the record whose entries are being gathered
+	var es []countsEntry
+	err := b.eng.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixCounts}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); ; it.Next() {
+			var k []byte
+			if it.Valid() {
+				k = it.Item().Key()
+				if len(k) < 1+stampLen {
+					continue // not an entry this release writes
+				}
+				if bytes.Equal(k[1:len(k)-stampLen], id) {
+					e, err := readEntry(it.Item())
+					if err != nil {
+						return err
+					}
+					es = append(es, e)
+					continue
+				}
+			}
+			if len(es) > 1 {
+				ops = append(ops, es)
+				pending += len(es)
+			}
+			if !it.Valid() {
+				return nil
+			}
+			if pending >= foldBatch {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			e, err := readEntry(it.Item())
+			if err != nil {
+				return err
+			}
+			id, es = bytes.Clone(k[1:len(k)-stampLen]), []countsEntry{e}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+func readEntry(item *badger.Item) (countsEntry, error) {
+	v, err := item.ValueCopy(nil)
+	return countsEntry{key: item.KeyCopy(nil), val: v, exp: item.ExpiresAt()}, err
+}
+
+// foldRecord replaces es, the counts entries of one record in key order,
+// in the op t: those of its latest token by one holding their sum, stamped
+// with the flush number flush; those of earlier tokens by nothing.
+func foldRecord(t *engine.Txn, flush uint64, es []countsEntry) {
+	last := es[len(es)-1].key
+	id := last[1 : len(last)-stampLen]
+	token := binary.BigEndian.Uint64(last[len(last)-stampLen:])
+	var sum backend.Tally
+	var exp uint64
+	for _, e := range es {
+		t.Delete(e.key)
+		if binary.BigEndian.Uint64(e.key[len(e.key)-stampLen:]) != token {
+			continue // an earlier life's
+		}
+		if c, err := decodeCounts(e.val); err == nil {
+			sum.Add(c)
+		}
+		exp = max(exp, e.exp)
+	}
+	t.Set(countsKey(id, token, flush), encodeCounts(sum), exp)
 }

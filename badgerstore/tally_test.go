@@ -322,3 +322,48 @@ func TestBadger_Counts_NewerLayoutRefused(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrCorrupt)
 	require.ErrorContains(t, err, "key layout 3")
 }
+
+// Each flush adds an entry beside each record it counts; Maintain folds a
+// record's entries into one, dropping those of an earlier life, and the
+// counts read the same before and after.
+func TestBadger_Counts_Fold(t *testing.T) {
+	clk := idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	s := openStore(t, t.TempDir(), &idem.Options{Clock: clk, Retention: time.Hour})
+	b := s.Backend().(*badgerstore.Backend)
+	for _, k := range []string{"a", "b"} {
+		_, _, err := s.Do(bg, idem.Request{Key: k, Fingerprint: "fp"}, ok("x"))
+		require.NoError(t, err)
+	}
+	replaySweep := func(key string, n int) {
+		t.Helper()
+		for range n {
+			_, res, err := s.Begin(bg, idem.Request{Key: key, Fingerprint: "fp"})
+			require.NoError(t, err)
+			require.NotNil(t, res)
+			_, err = s.Sweep(bg) // one flush, one entry
+			require.NoError(t, err)
+		}
+	}
+	replaySweep("a", 5)
+	replaySweep("b", 1)
+	require.Equal(t, 6, countKeys(t, s, 'u'))
+	require.NoError(t, b.Maintain(bg))
+	require.Equal(t, 2, countKeys(t, s, 'u'), "one entry a record")
+	require.Equal(t, [3]int64{5, 0, 0}, counts(t, s, "a"))
+	require.Equal(t, [3]int64{1, 0, 0}, counts(t, s, "b"))
+	replaySweep("a", 2)
+	require.NoError(t, b.Maintain(bg))
+	require.Equal(t, 2, countKeys(t, s, 'u'))
+	require.Equal(t, [3]int64{7, 0, 0}, counts(t, s, "a"))
+
+	// A new life of "a" after its expiry: the fold drops the earlier
+	// life's entry once the new life has some.
+	clk.Advance(2 * time.Hour)
+	_, _, err := s.Do(bg, idem.Request{Key: "a", Fingerprint: "fp"}, ok("y"))
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 0, 0}, counts(t, s, "a"))
+	replaySweep("a", 2)
+	require.NoError(t, b.Maintain(bg))
+	require.Equal(t, [3]int64{2, 0, 0}, counts(t, s, "a"))
+	require.LessOrEqual(t, countKeys(t, s, 'u'), 2, "a's earlier life's entry is gone")
+}
