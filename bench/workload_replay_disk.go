@@ -32,15 +32,15 @@ func (s *Suite) diskReplays(ctx context.Context) error {
 		ids = append(ids, id)
 		s.addWorkload(Workload{ID: id,
 			Title: fmt.Sprintf("Replay from disk, %s done keys, %d goroutine(s)", sizeLabel(s.plan.DiskReplayKeys), g),
-			About: fmt.Sprintf("one replay = Begin on one of %d done keys drawn uniformly at random (splitmix64 of the "+
+			About: fmt.Sprintf("one replay = Begin on one of %s done keys drawn uniformly at random (splitmix64 of the "+
 				"replay's index, the same keys for every contender), returning its saved result. Each store is loaded "+
 				"once (Dataset.Fill), then closed and opened again on the same directory before every measurement, so "+
 				"that nothing is in the process's caches when it starts: idem's replay cache and Badger's memtables "+
 				"are empty, bbolt maps its file again, SQLite opens new connections. The operating system's page "+
 				"cache is not dropped: the files were just written and stay in it for every store alike, so a read "+
 				"that misses the process's caches costs CPU, not a disk read. The map keeps its data (it has no "+
-				"disk) and is the ceiling. Contenders not listed are another durability mode of the same data or "+
-				"keep their data in a server", s.plan.DiskReplayKeys),
+				"disk) and is the ceiling. The other contenders are another durability mode of the same data, or "+
+				"keep their data in a server", groupThousands(fmt.Sprint(s.plan.DiskReplayKeys))),
 			Unit: "replays/s", Higher: true, Reference: "idem"})
 	}
 	for _, c := range s.contenders {
