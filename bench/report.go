@@ -233,6 +233,9 @@ func notes(m *Measurement) string {
 	if v, ok := last["open_ms"].(float64); ok && v > 0 {
 		parts = append(parts, fmt.Sprintf("reopen %.0f ms", v))
 	}
+	if v, ok := last["idle_wait_ms"].(float64); ok && v > 0 {
+		parts = append(parts, fmt.Sprintf("idle %.0f ms after it", v))
+	}
 	if v, ok := last["note"].(string); ok {
 		parts = append(parts, v)
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // diskReplayContenders are the contenders of the replay-from-disk
@@ -36,7 +38,9 @@ func (s *Suite) diskReplays(ctx context.Context) error {
 				"replay's index, the same keys for every contender), returning its saved result. Each store is loaded "+
 				"once (Dataset.Fill), then closed and opened again on the same directory before every measurement, so "+
 				"that nothing is in the process's caches when it starts: idem's replay cache and Badger's memtables "+
-				"are empty, bbolt maps its file again, SQLite opens new connections. The operating system's page "+
+				"are empty, bbolt maps its file again, SQLite opens new connections. After each open the "+
+				"measurement waits until the process is idle (under a tenth of a core over 100 ms), so that the "+
+				"compactions Badger starts on the load's tables when it opens are not measured. The operating system's page "+
 				"cache is not dropped: the files were just written and stay in it for every store alike, so a read "+
 				"that misses the process's caches costs CPU, not a disk read. The map keeps its data (it has no "+
 				"disk) and is the ceiling. The other contenders are another durability mode of the same data, or "+
@@ -111,22 +115,24 @@ func (s *Suite) diskReplayRun(ctx context.Context, c Contender, ids []string) er
 	}
 	for rep := range s.plan.Reps {
 		for j, g := range replayGoroutines() {
-			var openMs float64
+			var openMs, idleMs float64
 			if !volatile(st) {
 				err := st.Close()
 				st = nil
 				if err != nil {
 					return fmt.Errorf("close: %w", err)
 				}
-				s.quiesce(ctx) // what the close wrote is not written back during the measurement
 				start := time.Now()
 				if st, err = c.Open(ctx, dir); err != nil {
 					return fmt.Errorf("reopen: %w", err)
 				}
 				openMs = ms(time.Since(start))
-			} else {
-				s.quiesce(ctx)
+				// Badger compacts what the load left when it opens:
+				// the measurement waits for it, as a serving store
+				// would be past it.
+				idleMs = ms(waitIdle(ctx, time.Minute))
 			}
+			s.quiesce(ctx) // what the close and the compactions wrote is not written back during the measurement
 			cl := st.(Claimer)
 			// Every measurement draws its own keys, the same for every
 			// contender.
@@ -137,8 +143,9 @@ func (s *Suite) diskReplayRun(ctx context.Context, c Contender, ids []string) er
 				return replayed(k, a, err)
 			}
 			rate, err := run(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op)
-			s.add(ids[j], c.Name, rate, map[string]any{"open_ms": openMs}, err)
-			s.logf("  rep %d %-14s %-15s %10.0f replays/s (reopen %.0f ms)", rep+1, ids[j], c.Name, rate, openMs)
+			s.add(ids[j], c.Name, rate, map[string]any{"open_ms": openMs, "idle_wait_ms": idleMs}, err)
+			s.logf("  rep %d %-14s %-15s %10.0f replays/s (reopen %.0f ms, then %.0f ms until idle)", rep+1, ids[j],
+				c.Name, rate, openMs, idleMs)
 		}
 	}
 	err = st.Close()
@@ -156,4 +163,30 @@ func (s *Suite) diskReplayRun(ctx context.Context, c Contender, ids []string) er
 func uniform(seed uint64, i, n int) int {
 	hi, _ := bits.Mul64(splitmix((seed<<32+uint64(i))*0x9e3779b97f4a7c15), uint64(n))
 	return int(hi)
+}
+
+// waitIdle waits until the process uses less than a tenth of a core over
+// 100 ms (a store's background work after it opened, such as Badger's
+// compactions, is done), or limit has passed, and returns how long it
+// waited.
+func waitIdle(ctx context.Context, limit time.Duration) time.Duration {
+	const window = 100 * time.Millisecond
+	start := time.Now()
+	for ctx.Err() == nil && time.Since(start) < limit {
+		before := cpuTime()
+		time.Sleep(window)
+		if cpuTime()-before < window/10 {
+			break
+		}
+	}
+	return time.Since(start)
+}
+
+// cpuTime returns the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
