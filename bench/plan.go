@@ -41,14 +41,16 @@ type Plan struct {
 	SustainedEvery  int `json:"sustained_every"`
 }
 
-// quickPlan is a quick look, a minute and a half on the shared 2-core
-// machine under other engineers' load (1m31s-1m53s at load 6-7): every
-// workload, 3 repetitions each, but short ones (100 ms), 2,000 and 20,000
-// retained keys rather than 10,000 and 1,000,000, and no retained keys
-// for idem on PostgreSQL (loaded through the public API in every
-// repetition: a third of the dataset workloads' time), and 10,000
-// sustained cycles per store instead of 1,000,000 (about another minute,
-// most of it the durable peers). What remains is
+// quickPlan is a quick look: every workload, 3 repetitions each, but
+// short ones (100 ms), 2,000 and 20,000 retained keys rather than 10,000
+// and 1,000,000, no retained keys for idem on PostgreSQL (loaded through
+// the public API in every repetition: a third of the dataset workloads'
+// time), 10,000 sustained cycles per store instead of 1,000,000, and
+// 200,000 keys replayed from disk instead of 1,000,000. On the shared
+// 2-core machine the rest took 1m31s-1m53s at load 6-7; the sustained
+// workload adds about a minute (most of it the durable peers), the
+// replay from disk one to two and a half (64-149 s at load averages of 2 to 12, most
+// of it loading idem twice through its public API). What remains is
 // mostly fixed costs per repetition: a fresh store, a sync before each
 // measurement, PostgreSQL's connections. The full plan is the reference.
 func quickPlan() Plan {
