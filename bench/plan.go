@@ -49,10 +49,11 @@ type Plan struct {
 // 200,000 keys replayed from disk instead of 1,000,000. On the shared
 // 2-core machine the rest took 1m31s-1m53s at load 6-7; the sustained
 // workload adds about a minute (most of it the durable peers), the
-// replay from disk one to two and a half (64-149 s at load averages of 2 to 12, most
-// of it loading idem twice through its public API). What remains is
-// mostly fixed costs per repetition: a fresh store, a sync before each
-// measurement, PostgreSQL's connections. The full plan is the reference.
+// replay from disk one to two and a half (64-149 s at load averages of 2
+// to 12, most of it loading idem twice through its public API). What
+// remains is mostly fixed costs per repetition: a fresh store, a sync
+// before each measurement, PostgreSQL's connections. The full plan is the
+// reference.
 func quickPlan() Plan {
 	return Plan{
 		Mode: "quick", Reps: 3, Duration: 100 * time.Millisecond, Warm: 20 * time.Millisecond, MaxOps: 1_000_000,
