@@ -49,7 +49,7 @@ func TestSuite_Smoke(t *testing.T) {
 			t.Errorf("%s / %s: neither a figure nor a reason", m.Workload, m.Contender)
 		}
 	}
-	for _, id := range []string{"cycle-1", "cycle-32", "replay-32"} {
+	for _, id := range []string{"cycle-1", "cycle-32", "replay-32", "replay-disk-1", "replay-disk-32"} {
 		if m := res.find(id, "idem"); !m.ok() {
 			t.Errorf("idem has no %s figure: %+v", id, m)
 		}
@@ -150,5 +150,33 @@ func TestMerge(t *testing.T) {
 	}
 	if err := run.merge(&Results{Measurements: []*Measurement{at("nobody", 1)}}, ""); err == nil {
 		t.Error("a later run that replaces nothing was merged")
+	}
+}
+
+// TestUniform checks the replay-from-disk workload's key draws: always in
+// range, spread evenly over the keys, and different for different seeds.
+func TestUniform(t *testing.T) {
+	const n, draws, buckets = 1000, 200_000, 10
+	var count [buckets]int
+	for i := range draws {
+		k := uniform(3, i, n)
+		if k < 0 || k >= n {
+			t.Fatalf("draw %d: %d out of [0, %d)", i, k, n)
+		}
+		count[k*buckets/n]++
+	}
+	for b, c := range count {
+		if want := draws / buckets; c < want*95/100 || c > want*105/100 {
+			t.Errorf("bucket %d: %d draws, want about %d", b, c, want)
+		}
+	}
+	same := 0
+	for i := range 1000 {
+		if uniform(0, i, n) == uniform(1, i, n) {
+			same++
+		}
+	}
+	if same > 10 {
+		t.Errorf("seeds 0 and 1 drew the same key %d times in 1,000", same)
 	}
 }

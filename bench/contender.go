@@ -132,6 +132,13 @@ type Dropper interface {
 	Drop(ctx context.Context) error
 }
 
+// volatile reports whether st's data does not survive Close (the map):
+// a workload that closes and reopens stores keeps such a store open.
+func volatile(st Store) bool {
+	v, ok := st.(interface{ Volatile() bool })
+	return ok && v.Volatile()
+}
+
 // errBusy is returned by Doer when another caller holds the key.
 var errBusy = errors.New("bench: key in progress")
 

@@ -7,7 +7,7 @@
 //
 // Usage:
 //
-//	cd bench && go run . -quick   # a quick look: 100 ms repetitions, 2,000 and 20,000 retained keys
+//	cd bench && go run . -quick   # a quick look: 100 ms repetitions, 2,000 and 20,000 retained keys, 200,000 replayed from disk
 //	cd bench && go run .          # full mode, about an hour: longer repetitions, 1,000,000 retained keys and sustained cycles
 //
 // It writes results/report.md (the tables, the project's targets judged
@@ -50,10 +50,10 @@ func main() {
 
 func mainErr(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys, 10,000 sustained cycles (a few minutes)")
+	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys, 200,000 keys replayed from disk, 10,000 sustained cycles (a few minutes)")
 	out := fs.String("out", "results", "directory for report.md, results.json and chart.svg")
 	only := fs.String("only", "", "comma-separated contenders to run (default all)")
-	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,txeffect,replay,hot,dataset,sustained,fingerprint,http (default all)")
+	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,txeffect,replay,replay-disk,hot,dataset,sustained,fingerprint,http (default all)")
 	tmp := fs.String("tmp", "", "directory for the stores (default the system's temporary directory)")
 	child := fs.String("child", "", "internal: run as a child process of the named workload")
 	render := fs.String("render", "", "render the report again from this results.json into -out, measuring nothing")

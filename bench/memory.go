@@ -91,6 +91,6 @@ func (s *memStore) Sweep(ctx context.Context, result []byte) (int, error) {
 // Close implements Store.
 func (s *memStore) Close() error { return nil }
 
-// Volatile tells the recovery workload not to close and reopen the store
-// between abandoning claims and sweeping: a map does not survive Close.
+// Volatile tells the workloads that reopen stores (recovery, replay from
+// disk) not to close this one: a map does not survive Close.
 func (s *memStore) Volatile() bool { return true }

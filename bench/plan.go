@@ -13,6 +13,9 @@ type Plan struct {
 	MaxOps int           `json:"max_ops"`
 	// ReplayKeys is how many done keys the replay workload reads.
 	ReplayKeys int `json:"replay_keys"`
+	// DiskReplayKeys is how many done keys the replay-from-disk workload
+	// loads and reads after a reopen: more than idem's replay cache holds.
+	DiskReplayKeys int `json:"disk_replay_keys"`
 	// HotKeys keys are hammered by HotGoroutines goroutines; after
 	// HotEpoch requests the workload moves on to fresh keys, so that every
 	// run sees claims, conflicts and replays.
@@ -38,20 +41,23 @@ type Plan struct {
 	SustainedEvery  int `json:"sustained_every"`
 }
 
-// quickPlan is a quick look, a minute and a half on the shared 2-core
-// machine under other engineers' load (1m31s-1m53s at load 6-7): every
-// workload, 3 repetitions each, but short ones (100 ms), 2,000 and 20,000
-// retained keys rather than 10,000 and 1,000,000, and no retained keys
-// for idem on PostgreSQL (loaded through the public API in every
-// repetition: a third of the dataset workloads' time), and 10,000
-// sustained cycles per store instead of 1,000,000 (about another minute,
-// most of it the durable peers). What remains is
-// mostly fixed costs per repetition: a fresh store, a sync before each
-// measurement, PostgreSQL's connections. The full plan is the reference.
+// quickPlan is a quick look: every workload, 3 repetitions each, but
+// short ones (100 ms), 2,000 and 20,000 retained keys rather than 10,000
+// and 1,000,000, no retained keys for idem on PostgreSQL (loaded through
+// the public API in every repetition: a third of the dataset workloads'
+// time), 10,000 sustained cycles per store instead of 1,000,000, and
+// 200,000 keys replayed from disk instead of 1,000,000. On the shared
+// 2-core machine the rest took 1m31s-1m53s at load 6-7; the sustained
+// workload adds about a minute (most of it the durable peers), the
+// replay from disk one to two and a half (64-149 s at load averages of 2
+// to 12, most of it loading idem twice through its public API). What
+// remains is mostly fixed costs per repetition: a fresh store, a sync
+// before each measurement, PostgreSQL's connections. The full plan is the
+// reference.
 func quickPlan() Plan {
 	return Plan{
 		Mode: "quick", Reps: 3, Duration: 100 * time.Millisecond, Warm: 20 * time.Millisecond, MaxOps: 1_000_000,
-		ReplayKeys: 1_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
+		ReplayKeys: 1_000, DiskReplayKeys: 200_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
 		SmallSize: 2_000, LargeSize: 20_000, Stale: 100, ServerLargeMax: 0,
 		MicroDuration:   100 * time.Millisecond,
 		SustainedCycles: 10_000, SustainedEvery: 1_000,
@@ -62,7 +68,7 @@ func quickPlan() Plan {
 func fullPlan() Plan {
 	return Plan{
 		Mode: "full", Reps: 3, Duration: time.Second, Warm: 100 * time.Millisecond, MaxOps: 10_000_000,
-		ReplayKeys: 20_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
+		ReplayKeys: 20_000, DiskReplayKeys: 1_000_000, HotKeys: 4, HotGoroutines: 32, HotEpoch: 256,
 		SmallSize: 10_000, LargeSize: 1_000_000, Stale: 100, ServerLargeMax: 100_000,
 		MicroDuration:   time.Second,
 		SustainedCycles: 1_000_000, SustainedEvery: 50_000,
@@ -73,7 +79,7 @@ func fullPlan() Plan {
 func smokePlan() Plan {
 	return Plan{
 		Mode: "smoke", Reps: 1, Duration: 50 * time.Millisecond, Warm: 10 * time.Millisecond, MaxOps: 20,
-		ReplayKeys: 20, HotKeys: 2, HotGoroutines: 4, HotEpoch: 8,
+		ReplayKeys: 20, DiskReplayKeys: 400, HotKeys: 2, HotGoroutines: 4, HotEpoch: 8,
 		SmallSize: 200, LargeSize: 400, Stale: 5, ServerLargeMax: 400,
 		MicroDuration:   10 * time.Millisecond,
 		SustainedCycles: 400, SustainedEvery: 100,

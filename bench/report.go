@@ -52,7 +52,7 @@ func writeResults(dir string, r *Results) error {
 // summaryWorkloads are the columns of the report's summary table and the
 // panels of the chart.
 func summaryWorkloads(r *Results) []string {
-	return []string{"cycle-1", "cycle-32", "replay-1", "replay-32",
+	return []string{"cycle-1", "cycle-32", "replay-1", "replay-32", "replay-disk-1", "replay-disk-32",
 		fmt.Sprintf("hot-%dx%d", r.Plan.HotGoroutines, r.Plan.HotKeys)}
 }
 
@@ -71,9 +71,9 @@ func reportMarkdown(r *Results) string {
 		"reference) **measured in the same run**. For rates, a ratio above 1 means faster than idem; for "+
 		"memory, bytes and times, above 1 means more than idem.", r.Plan.Reps)
 	if r.Mode == "quick" {
-		p(" Quick mode: %s per timed repetition, and **%s and %s retained keys instead of 10k and 1M** for "+
-			"memory, disk and the recovery sweeps.", r.Plan.Duration, sizeLabel(r.Plan.SmallSize),
-			sizeLabel(r.Plan.LargeSize))
+		p(" Quick mode: %s per timed repetition, **%s and %s retained keys instead of 10k and 1M** for "+
+			"memory, disk and the recovery sweeps, and **%s instead of 1M** for the replays from disk.",
+			r.Plan.Duration, sizeLabel(r.Plan.SmallSize), sizeLabel(r.Plan.LargeSize), sizeLabel(r.Plan.DiskReplayKeys))
 	}
 	p("\n\n> **Noise.** This machine has %d cores and other engineers run builds on it at the same time "+
 		"(load average %s at the start, %s at the end): the figures are noisy, by tens of percent for the "+
@@ -232,6 +232,9 @@ func notes(m *Measurement) string {
 	}
 	if v, ok := last["open_ms"].(float64); ok && v > 0 {
 		parts = append(parts, fmt.Sprintf("reopen %.0f ms", v))
+	}
+	if v, ok := last["idle_wait_ms"].(float64); ok && v > 0 {
+		parts = append(parts, fmt.Sprintf("idle %.0f ms after it", v))
 	}
 	if v, ok := last["note"].(string); ok {
 		parts = append(parts, v)

@@ -20,8 +20,8 @@ type Suite struct {
 	servers    *Servers
 	contenders []Contender
 	// workloads, when not empty, limits the run to these workload groups
-	// ("cycle", "txeffect", "replay", "hot", "dataset", "sustained", "fingerprint",
-	// "http").
+	// ("cycle", "txeffect", "replay", "replay-disk", "hot", "dataset", "sustained",
+	// "fingerprint", "http").
 	workloads []string
 	tmp       string // every namespace directory lives under it
 	logf      func(format string, args ...any)
@@ -75,6 +75,7 @@ func (s *Suite) Run(ctx context.Context) error {
 		{"cycle", s.cycles},
 		{"txeffect", s.txEffects},
 		{"replay", s.replays},
+		{"replay-disk", s.diskReplays},
 		{"hot", s.hotKeys},
 		{"dataset", s.datasets},
 		{"sustained", s.sustained},

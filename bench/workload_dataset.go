@@ -439,7 +439,7 @@ func datasetChild(ctx context.Context, args []string) error {
 			return fmt.Errorf("footprint: %w", err)
 		}
 	}
-	if v, ok := st.(interface{ Volatile() bool }); ok && v.Volatile() {
+	if volatile(st) {
 		r.Volatile = true
 	} else {
 		if err := st.Close(); err != nil {
