@@ -151,6 +151,21 @@ func TestMerge(t *testing.T) {
 	if err := run.merge(&Results{Measurements: []*Measurement{at("nobody", 1)}}, ""); err == nil {
 		t.Error("a later run that replaces nothing was merged")
 	}
+
+	// A workload added to the suite since the run comes whole from the
+	// later one, with the plan's figure that sizes it.
+	disk := &Measurement{Workload: "replay-disk-1", Contender: "idem", Reps: []float64{7}, Median: 7}
+	later = &Results{Plan: Plan{DiskReplayKeys: 1_000_000}, Workloads: []Workload{{ID: "replay-disk-1", Unit: "replays/s", Higher: true}},
+		Measurements: []*Measurement{disk, {Workload: "replay-disk-1", Contender: "pgx", Status: "n/a"}}}
+	if err := run.merge(later, ""); err != nil {
+		t.Fatal(err)
+	}
+	if m := run.find("replay-disk-1", "idem"); m == nil || m.Median != 7 || run.Plan.DiskReplayKeys != 1_000_000 {
+		t.Errorf("the added workload: %+v, plan %+v", m, run.Plan)
+	}
+	if m := run.find("replay-disk-1", "pgx"); m == nil || m.Status != "n/a" {
+		t.Errorf("the added workload's n/a: %+v", m)
+	}
 }
 
 // TestUniform checks the replay-from-disk workload's key draws: always in

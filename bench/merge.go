@@ -24,12 +24,33 @@ type Remeasured struct {
 
 // merge replaces r's measurements by later's wherever later measured the
 // same contender in the same workload (a figure, not a status), and
-// records what it replaced. It returns an error when later replaces
-// nothing.
+// records what it replaced. A workload the run did not have (added to the
+// suite since) is taken whole from later, with the plan's figure that
+// sizes it. It returns an error when later replaces nothing.
 func (r *Results) merge(later *Results, note string) error {
 	rm := Remeasured{Started: later.Started, Finished: later.Finished, LoadStart: later.Machine.LoadStart,
 		LoadEnd: later.Machine.LoadEnd, Note: note}
+	added := map[string]bool{}
+	for _, w := range later.Workloads {
+		if !slices.ContainsFunc(r.Workloads, func(o Workload) bool { return o.ID == w.ID }) {
+			r.Workloads = append(r.Workloads, w)
+			added[w.ID] = true
+		}
+	}
+	if r.Plan.DiskReplayKeys == 0 {
+		r.Plan.DiskReplayKeys = later.Plan.DiskReplayKeys
+	}
 	for _, m := range later.Measurements {
+		if added[m.Workload] {
+			r.Measurements = append(r.Measurements, m)
+			if !slices.Contains(rm.Workloads, m.Workload) {
+				rm.Workloads = append(rm.Workloads, m.Workload)
+			}
+			if m.ok() && !slices.Contains(rm.Contenders, m.Contender) {
+				rm.Contenders = append(rm.Contenders, m.Contender)
+			}
+			continue
+		}
 		if !m.ok() {
 			continue
 		}
