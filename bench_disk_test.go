@@ -17,7 +17,8 @@ import (
 // BenchmarkReplay_FromDisk replays done keys that no cache holds: 200,000
 // keys (IDEM_BENCH_KEYS overrides), loaded through a store of their own
 // (Fast, then closed), replayed uniformly at random by a store opened
-// afresh, with the default memory budget and with 32 MiB. The replay
+// afresh, with the default memory budget and with 32 MiB, and the
+// default background sweep (whose Maintain folds the counts). The replay
 // cache fills as the benchmark goes, as it does in a host: the larger the
 // share of keys it cannot hold, the more replays read Badger. Replays are
 // counted, as they are by default, so the counts' flushes are in the
@@ -36,7 +37,7 @@ func BenchmarkReplay_FromDisk(b *testing.B) {
 		for _, g := range []int{1, 32} {
 			name := fmt.Sprintf("budget=%dMiB/goroutines=%d", backend.MemoryBudget(budget)>>20, g)
 			b.Run(name, func(b *testing.B) {
-				s, err := idem.Open(dir, &idem.Options{MemoryBudget: budget, SweepInterval: -1})
+				s, err := idem.Open(dir, &idem.Options{MemoryBudget: budget})
 				if err != nil {
 					b.Fatal(err)
 				}
