@@ -23,8 +23,10 @@ type ClaimArgs struct {
 	// answering a replay or a mismatch). A backend may then return such a
 	// record with only those fields and Format, Scope and Key set, leaving
 	// the rest (its story, counts, times) zero, to read less from its
-	// storage. Every other record it returns, claimed or not, is whole.
-	// Backends that always return whole records ignore it.
+	// storage. Every other record it returns, claimed or not, is whole,
+	// but for the counts a Tallier keeps beside the record, which Get and
+	// Scan add up and Claim need not. Backends that always return whole
+	// records ignore it.
 	Brief bool
 }
 
