@@ -371,13 +371,18 @@ func (b *Backend) migrateCounts() error {
 // Each flush adds an entry for each record it counts, so a record
 // replayed all day gathers thousands, and the store's size would grow with
 // its replays rather than its records. Maintain (from the Store's sweep)
-// folds them in one pass of an iterator, reading no record: the entries of
-// one life of a record (one token) are replaced by one holding their sum,
-// and those of a life before the latest go. Entries written during the
+// folds them in one pass of an iterator, reading no record: once a record
+// has gathered foldAt entries, those of one life (one token) are replaced
+// by one holding their sum, and those of a life before the latest go. Entries written during the
 // pass stay as they are, for the next.
 
 // foldBatch bounds the entries one op of a fold deletes.
 const foldBatch = 4096
+
+// foldAt is how many entries a record gathers before a fold folds them:
+// folding every record with two would rewrite most of a store replayed at
+// random at every sweep, more writing than the entries it saves.
+const foldAt = 4
 
 // countsEntry is a counts entry read by a fold.
 type countsEntry struct {
@@ -425,7 +430,7 @@ func (b *Backend) foldCounts(ctx context.Context) error {
 					continue
 				}
 			}
-			if len(es) > 1 {
+			if len(es) >= foldAt {
 				ops = append(ops, es)
 				pending += len(es)
 			}

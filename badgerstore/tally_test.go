@@ -323,9 +323,9 @@ func TestBadger_Counts_NewerLayoutRefused(t *testing.T) {
 	require.ErrorContains(t, err, "key layout 3")
 }
 
-// Each flush adds an entry beside each record it counts; Maintain folds a
-// record's entries into one, dropping those of an earlier life, and the
-// counts read the same before and after.
+// Each flush adds an entry beside each record it counts; Maintain folds
+// the entries of a record that has gathered several into one, dropping
+// those of an earlier life, and the counts read the same before and after.
 func TestBadger_Counts_Fold(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	s := openStore(t, t.TempDir(), &idem.Options{Clock: clk, Retention: time.Hour})
@@ -351,10 +351,15 @@ func TestBadger_Counts_Fold(t *testing.T) {
 	require.Equal(t, 2, countKeys(t, s, 'u'), "one entry a record")
 	require.Equal(t, [3]int64{5, 0, 0}, counts(t, s, "a"))
 	require.Equal(t, [3]int64{1, 0, 0}, counts(t, s, "b"))
+	// A record with fewer entries than a fold waits for keeps them.
 	replaySweep("a", 2)
 	require.NoError(t, b.Maintain(bg))
-	require.Equal(t, 2, countKeys(t, s, 'u'))
+	require.Equal(t, 4, countKeys(t, s, 'u'))
 	require.Equal(t, [3]int64{7, 0, 0}, counts(t, s, "a"))
+	replaySweep("a", 1)
+	require.NoError(t, b.Maintain(bg))
+	require.Equal(t, 2, countKeys(t, s, 'u'))
+	require.Equal(t, [3]int64{8, 0, 0}, counts(t, s, "a"))
 
 	// A new life of "a" after its expiry: the fold drops the earlier
 	// life's entry once the new life has some.
@@ -362,8 +367,8 @@ func TestBadger_Counts_Fold(t *testing.T) {
 	_, _, err := s.Do(bg, idem.Request{Key: "a", Fingerprint: "fp"}, ok("y"))
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{0, 0, 0}, counts(t, s, "a"))
-	replaySweep("a", 2)
+	replaySweep("a", 3)
 	require.NoError(t, b.Maintain(bg))
-	require.Equal(t, [3]int64{2, 0, 0}, counts(t, s, "a"))
+	require.Equal(t, [3]int64{3, 0, 0}, counts(t, s, "a"))
 	require.LessOrEqual(t, countKeys(t, s, 'u'), 2, "a's earlier life's entry is gone")
 }
