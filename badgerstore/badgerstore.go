@@ -39,9 +39,9 @@ type Options struct {
 	// MemTableSize is the size of one memtable; 0 means MemoryBudget/32
 	// (1 to 64 MiB).
 	MemTableSize int64
-	// BlockCacheSize is the size of the block cache; 0 means none (the
-	// tables are uncompressed and read through mmap), or MemoryBudget/16
-	// with Compress.
+	// BlockCacheSize is the size of the cache of decompressed blocks; 0
+	// means MemoryBudget/16, or none with CompressionNone (the tables are
+	// then read through mmap).
 	BlockCacheSize int64
 	// ValueThreshold is the size above which a record is kept in the value
 	// log rather than the LSM tree; 0 means 16 KiB.
@@ -109,14 +109,12 @@ type Options struct {
 	// Request.Retention in use when a request overrides the retention
 	// with a longer one: a key lost is held until it would have expired.
 	LossWindow time.Duration
-	// Compress stores tables compressed with zstd (level 1), for a host
-	// that counts disk bytes over memory: tables take about half the
-	// space, while each table builder holds its blocks compressed and
-	// uncompressed and reads go through a block cache (BlockCacheSize,
-	// MemoryBudget/16 unless set). Off by default: uncompressed tables
-	// hold the least memory (docs/memory.md). Stores written with and
-	// without it open either way.
-	Compress bool
+	// Compression is how the tables' blocks are compressed: S2 (the zero
+	// value), zstd or none. A table builder compresses each block as it
+	// is finished and holds only compressed ones; reads of compressed
+	// tables go through a block cache (BlockCacheSize, MemoryBudget/16
+	// unless set). Stores written with any of them open with any other.
+	Compression Compression
 
 	// tune, set only by tests (export_test.go), changes any engine
 	// option last.
@@ -191,7 +189,7 @@ var _ backend.Maintainer = (*Backend)(nil)
 // badgerOptions turns o into Badger's options: the sizes of its memory
 // budget (memory.go), then o's explicit sizes. The reasons for
 // the sizes are in docs/memory.md and docs/engine.md ("Badger's options").
-func badgerOptions(dir string, o Options) badger.Options {
+func badgerOptions(dir string, o Options) (badger.Options, error) {
 	bo := badger.DefaultOptions(dir)
 	if o.InMemory {
 		bo = badger.DefaultOptions("").WithInMemory(true)
@@ -218,13 +216,14 @@ func badgerOptions(dir string, o Options) badger.Options {
 	if o.ValueThreshold > 0 {
 		bo.ValueThreshold = o.ValueThreshold
 	}
-	if o.Compress {
-		bo.Compression, bo.ZSTDCompressionLevel = options.ZSTD, 1
+	bo, err := o.Compression.apply(bo)
+	if err != nil {
+		return bo, err
 	}
 	if o.tune != nil {
 		o.tune(&bo)
 	}
-	return fixBlockCache(bo, budget)
+	return fixBlockCache(bo, budget), nil
 }
 
 // Durability returns the durability the backend was opened with.
@@ -235,6 +234,10 @@ func (b *Backend) Durability() backend.Durability { return b.durability }
 // recovery resolves them. Unless read-only or in memory, it makes dir 0700
 // and the files in it 0600, whatever the umask (see makePrivate).
 func Open(dir string, o Options) (*Backend, error) {
+	bo, err := badgerOptions(dir, o)
+	if err != nil {
+		return nil, err
+	}
 	b := &Backend{ro: o.ReadOnly, durability: o.Durability, open: map[string]openClaim{}, lossLength: o.LossWindow, logger: badgerLogger{o.Logger}}
 	private := !o.InMemory && !o.ReadOnly
 	if private {
@@ -244,7 +247,6 @@ func Open(dir string, o Options) (*Backend, error) {
 			return nil, fmt.Errorf("%w: open badger at %q: %w", backend.ErrUnavailable, dir, err)
 		}
 	}
-	bo := badgerOptions(dir, o)
 	reserve := o.FreeSpaceReserve
 	if reserve == 0 {
 		reserve = engine.Reserve(bo)

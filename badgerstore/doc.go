@@ -4,7 +4,7 @@
 // idem.Open uses it with its defaults; open it here to tune it, and hand
 // it to idem.New:
 //
-//	b, err := badgerstore.Open(dir, badgerstore.Options{Compress: true})
+//	b, err := badgerstore.Open(dir, badgerstore.Options{Compression: badgerstore.CompressionZstd})
 //	if err != nil {
 //		return err
 //	}

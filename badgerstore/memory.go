@@ -45,11 +45,8 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 		WithNumLevelZeroTablesStall(6).
 		WithBaseTableSize(s.baseTable).
 		WithNumCompactors(2). // the least that compacts: Badger refuses 1
-		// Uncompressed tables: a builder then holds at most its table,
-		// where zstd makes it hold its compression ratio times more (and
-		// a compressed copy), and Badger reads blocks from the mapping
-		// without a block cache.
-		WithCompression(options.None).
+		// Compression (Options.Compression, S2 unless set) comes after;
+		// the block cache it needs is fixBlockCache's.
 		WithBlockCacheSize(0).
 		WithBlockSize(16 << 10).
 		WithIndexCacheSize(s.indexCache).
@@ -58,7 +55,7 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 	return bo
 }
 
-// fixBlockCache gives a compressing bo (Options.Compress) the
+// fixBlockCache gives a compressing bo (Options.Compression) the
 // block cache Badger requires then: B/16, unless one is set.
 func fixBlockCache(bo badger.Options, b int64) badger.Options {
 	if bo.Compression != options.None && bo.BlockCacheSize == 0 {

@@ -33,6 +33,10 @@ func Restore(ctx context.Context, r io.Reader, dir string, bo Options) (*backend
 	if bo.InMemory || bo.ReadOnly {
 		return nil, errors.New("badgerstore: Restore writes a directory: Options.InMemory and ReadOnly must be false")
 	}
+	opts, err := badgerOptions(dir, bo)
+	if err != nil {
+		return nil, err
+	}
 	if err := restoreErr(engine.CheckEmpty(dir)); err != nil {
 		return nil, err
 	}
@@ -40,7 +44,7 @@ func Restore(ctx context.Context, r io.Reader, dir string, bo Options) (*backend
 	if err != nil {
 		return nil, err
 	}
-	err = engine.Restore(badgerOptions(dir, bo), br)
+	err = engine.Restore(opts, br)
 	switch {
 	case br.err != nil:
 		return nil, br.err

@@ -86,7 +86,11 @@ func TestBadger_TableBitFlips(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		o    badgerstore.Options
-	}{{"plain", badgerstore.Options{}}, {"zstd", badgerstore.Options{Compress: true}}} {
+	}{
+		{"plain", badgerstore.Options{Compression: badgerstore.CompressionNone}},
+		{"s2", badgerstore.Options{}},
+		{"zstd", badgerstore.Options{Compression: badgerstore.CompressionZstd}},
+	} {
 		t.Run(c.name, func(t *testing.T) { tableBitFlips(t, c.o) })
 	}
 }
@@ -169,7 +173,7 @@ func tableBitFlips(t *testing.T, o badgerstore.Options) {
 		})
 	}
 	t.Logf("%d offsets of %s (%d bytes); %d flips changed nothing", len(offs), name, len(raw), harmless.Load())
-	if !o.Compress {
+	if o.Compression == badgerstore.CompressionNone {
 		require.Zero(t, harmless.Load(), "an uncompressed table has no bit its checksums do not cover")
 	}
 }

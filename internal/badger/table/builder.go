@@ -83,6 +83,12 @@ type Builder struct {
 	wg        sync.WaitGroup
 	blockChan chan *bblock
 	blockList []*bblock
+
+	// spare is the buffer of the block compressed last, which the next
+	// block reuses, and scratch the compressor's output, when blocks are
+	// compressed as they are finished (compressing without encryption):
+	// the builder then holds its blocks compressed, plus one block.
+	spare, scratch []byte
 }
 
 func (b *Builder) allocate(need int) []byte {
@@ -134,6 +140,11 @@ func NewTableBuilder(opts Options) *Builder {
 	if b.opts.Compression == options.None && b.opts.DataKey == nil {
 		return b
 	}
+	// Compression alone is done as each block is finished, so that no
+	// block is held uncompressed until the table is written.
+	if b.compressesInline() {
+		return b
+	}
 
 	count := 2 * runtime.NumCPU()
 	b.blockChan = make(chan *bblock, count*2)
@@ -143,6 +154,45 @@ func NewTableBuilder(opts Options) *Builder {
 		go b.handleBlock()
 	}
 	return b
+}
+
+// compressesInline reports whether blocks are compressed as they are
+// finished (compression without encryption), not by goroutines after.
+func (b *Builder) compressesInline() bool {
+	return b.opts.Compression != options.None && b.opts.DataKey == nil
+}
+
+// compressInline replaces the finished curBlock's bytes, in the block
+// list, by a compressed copy in the allocator, sized to fit, and keeps
+// its buffer for the next block.
+func (b *Builder) compressInline() error {
+	bl := b.curBlock
+	raw := bl.data[:bl.end]
+	var out []byte
+	switch b.opts.Compression {
+	case options.Snappy:
+		if n := s2.MaxEncodedLen(len(raw)); cap(b.scratch) < n {
+			b.scratch = make([]byte, n)
+		}
+		out = s2.EncodeSnappyBetter(b.scratch[:cap(b.scratch)], raw)
+	case options.ZSTD:
+		if n := y.ZSTDCompressBound(len(raw)); cap(b.scratch) < n {
+			b.scratch = make([]byte, 0, n)
+		}
+		var err error
+		if out, err = y.ZSTDCompress(b.scratch[:0], raw, b.opts.ZSTDCompressionLevel); err != nil {
+			return err
+		}
+	default:
+		return errors.New("Unsupported compression type")
+	}
+	b.scratch = out[:0]
+	dst := b.alloc.Allocate(len(out))
+	copy(dst, out)
+	b.spare = bl.data
+	bl.data, bl.end = dst, len(dst)
+	b.compressedSize.Add(uint32(len(dst)))
+	return nil
 }
 
 func maxEncodedLen(ctype options.CompressionType, sz int) int {
@@ -310,6 +360,20 @@ func (b *Builder) finishBlock() {
 	if b.blockChan != nil {
 		b.blockChan <- b.curBlock
 	}
+	if b.compressesInline() {
+		y.Check(b.compressInline())
+	}
+}
+
+// newBlock starts the next block, in the buffer of the block compressed
+// last if there is one.
+func (b *Builder) newBlock() *bblock {
+	if b.spare != nil {
+		data := b.spare[:cap(b.spare)]
+		b.spare = nil
+		return &bblock{data: data}
+	}
+	return &bblock{data: b.alloc.Allocate(b.opts.BlockSize + padding)}
 }
 
 func (b *Builder) shouldFinishBlock(key []byte, value y.ValueStruct) bool {
@@ -362,9 +426,7 @@ func (b *Builder) addInternal(key []byte, value y.ValueStruct, valueLen uint32, 
 		}
 		b.finishBlock()
 		// Create a new block and start writing.
-		b.curBlock = &bblock{
-			data: b.alloc.Allocate(b.opts.BlockSize + padding),
-		}
+		b.curBlock = b.newBlock()
 	}
 	b.addHelper(key, value, valueLen)
 }
@@ -392,12 +454,13 @@ func (b *Builder) ReachedCapacity() bool {
 		4 + // Index length
 		b.lenOffsets
 
-	// Compressed blocks are counted as they are compressed, but every
-	// block stays in the allocator uncompressed until the table is
-	// written: bound the uncompressed bytes too, or a table of well
-	// compressed data holds many times its size in memory.
+	// Blocks compressed (or encrypted) by the goroutines are counted as
+	// they are done, but every block stays in the allocator uncompressed
+	// until the table is written: bound the uncompressed bytes too, or a
+	// table of well compressed data holds many times its size in memory.
+	// Blocks compressed inline are held compressed only.
 	return uint64(estimateSz) > b.opts.tableCapacity ||
-		uint64(b.uncompressedSize.Load()) > 2*b.opts.tableCapacity
+		(b.blockChan != nil && uint64(b.uncompressedSize.Load()) > 2*b.opts.tableCapacity)
 }
 
 // Finish finishes the table by appending the index.
