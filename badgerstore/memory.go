@@ -34,6 +34,10 @@ func badgerSharesOf(b int64) badgerShares {
 	return s
 }
 
+// budgetBlockSize is the block size of uncompressed tables (compressed
+// ones: compressedBlockSize).
+const budgetBlockSize = 16 << 10
+
 // applyBudget sets bo's memory sizes from the budget b (already
 // defaulted). Explicit Options sizes are applied after it and win.
 func applyBudget(bo badger.Options, b int64) badger.Options {
@@ -48,7 +52,7 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 		// Compression (Options.Compression, S2 unless set) comes after;
 		// the block cache it needs is fixBlockCache's.
 		WithBlockCacheSize(0).
-		WithBlockSize(16 << 10).
+		WithBlockSize(budgetBlockSize).
 		WithIndexCacheSize(s.indexCache).
 		WithValueThreshold(16 << 10)
 	bo.TableSizeMultiplier = 1

@@ -199,3 +199,55 @@ func requireIntact(t *testing.T, s *idem.Store, n int) {
 		require.Equal(t, faultBody(i), res.Body, "key %d", i)
 	}
 }
+
+// TestBadger_TableBitFlips_MixedCompression damages the S2 table of a
+// store that also holds an uncompressed one (written before, with
+// CompressionNone). An open refused names the damaged table: the check
+// that finds it reads each table with the compression the table was
+// written with, not the open's.
+func TestBadger_TableBitFlips_MixedCompression(t *testing.T) {
+	const n = 300
+	src := t.TempDir()
+	s := openStoreWith(t, src, &idem.Options{}, badgerstore.Options{Compression: badgerstore.CompressionNone})
+	for i := range n {
+		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, ok(string(faultBody(i))))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+	plain, err := filepath.Glob(filepath.Join(src, "*.sst"))
+	require.NoError(t, err)
+	require.Len(t, plain, 1)
+
+	s = openStoreWith(t, src, &idem.Options{}, badgerstore.Options{})
+	for i := range n {
+		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(n + i)}, ok(string(faultBody(i))))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+	tables, err := filepath.Glob(filepath.Join(src, "*.sst"))
+	require.NoError(t, err)
+	require.Len(t, tables, 2)
+	require.Equal(t, plain[0], tables[0], "the plain table is read first")
+	name := filepath.Base(tables[1])
+	raw, err := os.ReadFile(tables[1])
+	require.NoError(t, err)
+
+	offs := tableFlipOffsets(t, raw)
+	refused := 0
+	for i := 0; i < len(offs); i += 7 {
+		off, bit := offs[i], byte(1)<<(i%8)
+		dir := copyDir(t, src)
+		damaged := append([]byte(nil), raw...)
+		damaged[off] ^= bit
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), damaged, 0o600))
+		s, err := idemtest.OpenBadger(dir, &idem.Options{SweepInterval: -1, Clock: faultClock()}, badgerstore.Options{})
+		if err == nil {
+			require.NoError(t, s.Close())
+			continue
+		}
+		refused++
+		require.ErrorIs(t, err, backend.ErrCorrupt, "offset %d", off)
+		require.ErrorContains(t, err, name, "offset %d: the error names the damaged table", off)
+	}
+	require.NotZero(t, refused, "no flip was refused at open")
+}

@@ -250,11 +250,31 @@ func openTables(bo badger.Options) error {
 		if _, ok := table.ParseFileID(name); !ok || !strings.HasSuffix(name, ".sst") {
 			continue
 		}
-		if err := openTable(filepath.Join(bo.Dir, name), topt); err != nil {
+		if err := openAnyTable(filepath.Join(bo.Dir, name), topt); err != nil {
 			return fmt.Errorf("%w: table %s: %v", ErrCorrupt, name, err)
 		}
 	}
 	return nil
+}
+
+// openAnyTable opens the table at path as openTable does, with topt's
+// compression, then with each other one: a table records its compression
+// in the MANIFEST, which may be what the open refused, and a store holds
+// tables of the options (and releases) that wrote them. It returns the
+// error with topt's compression if none reads the table.
+func openAnyTable(path string, topt table.Options) error {
+	err := openTable(path, topt)
+	for _, c := range []options.CompressionType{options.None, options.Snappy, options.ZSTD} {
+		if err == nil || c == topt.Compression {
+			continue
+		}
+		o := topt
+		o.Compression = c
+		if openTable(path, o) == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // openTable opens the table at path with Badger's table package and

@@ -174,7 +174,7 @@ func (b *Builder) compressInline() error {
 		if n := s2.MaxEncodedLen(len(raw)); cap(b.scratch) < n {
 			b.scratch = make([]byte, n)
 		}
-		out = s2.EncodeSnappyBetter(b.scratch[:cap(b.scratch)], raw)
+		out = s2.EncodeSnappy(b.scratch[:cap(b.scratch)], raw)
 	case options.ZSTD:
 		if n := y.ZSTDCompressBound(len(raw)); cap(b.scratch) < n {
 			b.scratch = make([]byte, 0, n)
