@@ -39,9 +39,9 @@ type Options struct {
 	// MemTableSize is the size of one memtable; 0 means MemoryBudget/32
 	// (1 to 64 MiB).
 	MemTableSize int64
-	// BlockCacheSize is the size of the cache of decompressed blocks; 0
-	// means MemoryBudget/16, or none with CompressionNone (the tables are
-	// then read through mmap).
+	// BlockCacheSize is the size of a cache of decompressed blocks; 0
+	// means none: a compressed block is decoded at each read that needs
+	// it (uncompressed tables are read through mmap).
 	BlockCacheSize int64
 	// ValueThreshold is the size above which a record is kept in the value
 	// log rather than the LSM tree; 0 means 16 KiB.
@@ -111,9 +111,9 @@ type Options struct {
 	LossWindow time.Duration
 	// Compression is how the tables' blocks are compressed: S2 (the zero
 	// value), zstd or none. A table builder compresses each block as it
-	// is finished and holds only compressed ones; reads of compressed
-	// tables go through a block cache (BlockCacheSize, MemoryBudget/16
-	// unless set). Stores written with any of them open with any other.
+	// is finished and holds only compressed ones; a read decodes the
+	// block it needs (BlockCacheSize can keep decoded blocks). Stores
+	// written with any of them open with any other.
 	Compression Compression
 
 	// tune, set only by tests (export_test.go), changes any engine
@@ -223,7 +223,7 @@ func badgerOptions(dir string, o Options) (badger.Options, error) {
 	if o.tune != nil {
 		o.tune(&bo)
 	}
-	return fixBlockCache(bo, budget), nil
+	return bo, nil
 }
 
 // Durability returns the durability the backend was opened with.

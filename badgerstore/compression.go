@@ -20,12 +20,10 @@ const (
 	CompressionS2 Compression = iota
 	// CompressionZstd compresses blocks with zstd at level 1, for a host
 	// that counts disk bytes over CPU: about a quarter fewer bytes than
-	// S2, while a read that misses the block cache spends about twice the
-	// CPU decoding its block.
+	// S2, while a read spends about twice the CPU decoding its block.
 	CompressionZstd
 	// CompressionNone stores blocks as they are, read straight from the
-	// mapped file, with no block cache: the most disk, the least CPU per
-	// read.
+	// mapped file: the most disk, the least CPU per read.
 	CompressionNone
 )
 
@@ -49,8 +47,7 @@ func (c Compression) String() string {
 const compressedBlockSize = 8 << 10
 
 // apply sets bo's compression, and the block size of compressed tables
-// unless bo's was changed from the budget's (fixBlockCache then gives a
-// compressing bo the block cache Badger requires).
+// unless bo's was changed from the budget's.
 func (c Compression) apply(bo badger.Options) (badger.Options, error) {
 	switch c {
 	case CompressionS2:

@@ -3,7 +3,6 @@ package badgerstore
 import (
 	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/internal/badger"
-	"github.com/idemkit/idem/internal/badger/options"
 )
 
 // badgerShares are the sizes Badger gets from a budget.
@@ -49,21 +48,16 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 		WithNumLevelZeroTablesStall(6).
 		WithBaseTableSize(s.baseTable).
 		WithNumCompactors(2). // the least that compacts: Badger refuses 1
-		// Compression (Options.Compression, S2 unless set) comes after;
-		// the block cache it needs is fixBlockCache's.
+		// Compression (Options.Compression, S2 unless set) comes after.
+		// No block cache: a read that misses the replay cache decodes
+		// its block (a few microseconds for S2's 8 KiB), where a cache
+		// would cost more in its bookkeeping and garbage than its rare
+		// hits save with keys read at random (the copy reads compressed
+		// tables without one, patch badger/0019).
 		WithBlockCacheSize(0).
 		WithBlockSize(budgetBlockSize).
 		WithIndexCacheSize(s.indexCache).
 		WithValueThreshold(16 << 10)
 	bo.TableSizeMultiplier = 1
-	return bo
-}
-
-// fixBlockCache gives a compressing bo (Options.Compression) the
-// block cache Badger requires then: B/16, unless one is set.
-func fixBlockCache(bo badger.Options, b int64) badger.Options {
-	if bo.Compression != options.None && bo.BlockCacheSize == 0 {
-		bo.BlockCacheSize = b / 16
-	}
 	return bo
 }

@@ -300,8 +300,12 @@ func missNotes() map[string]string {
 			"are synced as they are built); the garbage collector 7%. The Badger backend alone, without the " +
 			"Store, reads about 85,000 records a second on this machine where bbolt reads 250,000-390,000 in " +
 			"the same run: the LSM point read is the floor, and closing the gap needs another read structure " +
-			"(an index from key to value position, or a B+tree engine), a design decision. A smaller " +
-			"MemoryBudget makes the replay cache and Badger's index cache smaller (memory.go, " +
+			"(an index from key to value position, or a B+tree engine), a design decision. Since the tables " +
+			"are compressed with S2 (the disk target), a read also decodes its 8 KiB block into a new buffer: " +
+			"about 2-13 us more CPU a replay in the library's BenchmarkReplay_FromDisk, a block cache's " +
+			"bookkeeping costing more than it saved (badgerstore.CompressionNone takes it back, for twice the " +
+			"disk bytes). A " +
+			"smaller MemoryBudget makes the replay cache and Badger's index cache smaller (memory.go, " +
 			"badgerstore/memory.go).",
 		"replay-pg": "A replay the Store's replay cache answers makes no round trip; a key's first replay in a Store " +
 			"is read from PostgreSQL (the uncached figure), and in the first repetition after the store opened " +

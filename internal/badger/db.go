@@ -24,7 +24,6 @@ import (
 	humanize "github.com/dustin/go-humanize"
 
 	"github.com/idemkit/idem/internal/badger/fb"
-	"github.com/idemkit/idem/internal/badger/options"
 	"github.com/idemkit/idem/internal/badger/pb"
 	"github.com/idemkit/idem/internal/badger/skl"
 	"github.com/idemkit/idem/internal/badger/table"
@@ -184,9 +183,11 @@ func checkAndSetOptions(opt *Options) error {
 		opt.CompactL0OnClose = false
 	}
 
-	needCache := (opt.Compression != options.None) || (len(opt.EncryptionKey) > 0)
+	// Compressed blocks read without a block cache are decoded on every
+	// read, into a buffer of their own; that is the caller's choice.
+	needCache := len(opt.EncryptionKey) > 0
 	if needCache && opt.BlockCacheSize == 0 {
-		panic("BlockCacheSize should be set since compression/encryption are enabled")
+		panic("BlockCacheSize should be set since encryption is enabled")
 	}
 	return nil
 }

@@ -673,10 +673,11 @@ func (opt Options) WithChecksumVerificationMode(cvMode options.ChecksumVerificat
 //
 // This value specifies how much data cache should hold in memory. A small size
 // of cache means lower memory consumption and lookups/iterations would take
-// longer. It is recommended to use a cache if you're using compression or encryption.
-// If compression and encryption both are disabled, adding a cache will lead to
-// unnecessary overhead which will affect the read performance. Setting size to
-// zero disables the cache altogether.
+// longer. It is recommended to use a cache if you're using compression or encryption
+// (encryption requires one); without one, a compressed block is decoded on every
+// read of it. If compression and encryption both are disabled, adding a cache will
+// lead to unnecessary overhead which will affect the read performance. Setting size
+// to zero disables the cache altogether.
 //
 // Default value of BlockCacheSize is 256 MB.
 func (opt Options) WithBlockCacheSize(size int64) Options {
