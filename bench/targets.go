@@ -302,9 +302,9 @@ func missNotes() map[string]string {
 			"the same run: the LSM point read is the floor, and closing the gap needs another read structure " +
 			"(an index from key to value position, or a B+tree engine), a design decision. Since the tables " +
 			"are compressed with S2 (the disk target), a read also decodes its 8 KiB block into a new buffer: " +
-			"about 2-13 us more CPU a replay in the library's BenchmarkReplay_FromDisk, a block cache's " +
-			"bookkeeping costing more than it saved (badgerstore.CompressionNone takes it back, for twice the " +
-			"disk bytes). A " +
+			"with the compactions' decoding and encoding, 5-18 us more CPU a replay (0.55-0.81x the rate) in " +
+			"the library's BenchmarkReplay_FromDisk, most at 32 MiB (badgerstore.CompressionNone takes it " +
+			"back, for 2.4 times the disk bytes). A " +
 			"smaller MemoryBudget makes the replay cache and Badger's index cache smaller (memory.go, " +
 			"badgerstore/memory.go).",
 		"replay-pg": "A replay the Store's replay cache answers makes no round trip; a key's first replay in a Store " +
@@ -326,8 +326,8 @@ func missNotes() map[string]string {
 			"little (fsync off, a fast WAL device, synchronous_commit off) the two are within the noise of each " +
 			"other. DoTx's transaction also holds a pooled connection while fn runs.",
 		"mem": "The target judges idem's anonymous memory only: Badger reads its tables through mmap, so after " +
-			"random reads its table files are resident in the process almost whole (RssFile, the uncompressed " +
-			"tables the memory budget writes), which is page cache the kernel can reclaim. The anonymous part " +
+			"random reads its table files are resident in the process almost whole (RssFile), which is page " +
+			"cache the kernel can reclaim. The anonymous part " +
 			"(32-39 MiB in the runs of 2026-12-02) is the budget's and the runtime's. A heap profile at " +
 			"the measurement (docs/memory.md, \"Retained keys\") holds 13-29 MiB live: the replay cache with " +
 			"the 10,000 records just replayed (about 5 MiB), a memtable arena (2.6), the counts waiting for " +
