@@ -15,8 +15,8 @@ type Compression uint8
 
 const (
 	// CompressionS2 compresses blocks with S2 in Snappy's format, the
-	// default: tables take about half the bytes of uncompressed ones, and
-	// a block read from disk decodes in a few microseconds.
+	// default: tables take about 40% of the bytes of uncompressed ones,
+	// and a block decodes in a few microseconds.
 	CompressionS2 Compression = iota
 	// CompressionZstd compresses blocks with zstd at level 1, for a host
 	// that counts disk bytes over CPU: about a quarter fewer bytes than
@@ -41,9 +41,9 @@ func (c Compression) String() string {
 }
 
 // compressedBlockSize is the block size of compressed tables: a read
-// that misses the block cache decodes a whole block, and 8 KiB cost
-// about 10% less CPU per replay read from disk than 16 KiB for 4% more
-// bytes (bench/results/notes/replay-from-disk-profile.md).
+// decodes a whole block, and 8 KiB cost about 10% less CPU per replay
+// read from disk than 16 KiB, for 4% more bytes
+// (bench/results/notes/replay-from-disk-profile.md).
 const compressedBlockSize = 8 << 10
 
 // apply sets bo's compression, and the block size of compressed tables

@@ -369,7 +369,9 @@ func (b *Builder) finishBlock() {
 // last if there is one.
 func (b *Builder) newBlock() *bblock {
 	if b.spare != nil {
-		data := b.spare[:cap(b.spare)]
+		// Its length, not its capacity: the allocator's slices reach on
+		// into the buffer the later blocks were allocated from.
+		data := b.spare[:len(b.spare):len(b.spare)]
 		b.spare = nil
 		return &bblock{data: data}
 	}
