@@ -2,6 +2,7 @@ package badgerstore_test
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 
@@ -133,26 +134,32 @@ func TestMemoryBudget_OpenBadgerTakesItsOwn(t *testing.T) {
 // fails.
 func TestMemoryBudget_PatchedBadgerBoundsItsBuilders(t *testing.T) {
 	const tableSize = 1 << 20
+	value := make([]byte, 1<<10) // zeros: compressed tens of times
+	keys := make([][]byte, 16*tableSize/len(value))
+	for i := range keys {
+		keys[i] = y.KeyWithTs([]byte(fmt.Sprintf("key%08d", i)), 1)
+	}
 	for _, c := range []options.CompressionType{options.Snappy, options.ZSTD} {
-		b := table.NewTableBuilder(table.Options{
-			TableSize: tableSize, BlockSize: 16 << 10, BloomFalsePositive: 0.01,
-			Compression: c, ZSTDCompressionLevel: 1,
-		})
-		value := make([]byte, 1<<10) // zeros: compressed tens of times
-		keys := make([][]byte, 16*tableSize/len(value))
-		for i := range keys {
-			keys[i] = y.KeyWithTs([]byte(fmt.Sprintf("key%08d", i)), 1)
+		// The bytes allocated in the process while 16 MiB of blocks are
+		// added: the fewest of three tries, since other tests' goroutines
+		// allocate beside it. The copy's builder allocates its first
+		// buffer (twice the table's size, or none from its pool) and
+		// little else; released Badger's holds all 16 MiB.
+		least := uint64(math.MaxUint64)
+		for range 3 {
+			b := table.NewTableBuilder(table.Options{
+				TableSize: tableSize, BlockSize: 16 << 10, BloomFalsePositive: 0.01,
+				Compression: c, ZSTDCompressionLevel: 1,
+			})
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for _, key := range keys {
+				b.Add(key, y.ValueStruct{Value: value}, 0)
+			}
+			runtime.ReadMemStats(&after)
+			b.Close()
+			least = min(least, after.TotalAlloc-before.TotalAlloc)
 		}
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		for _, key := range keys {
-			b.Add(key, y.ValueStruct{Value: value}, 0)
-		}
-		runtime.ReadMemStats(&after)
-		b.Close()
-		// 16 tables' worth of blocks added: the builder allocated its
-		// first buffer (twice the table's size) and little else.
-		grew := after.TotalAlloc - before.TotalAlloc
-		require.Less(t, grew, uint64(4*tableSize), "compression %v: %d bytes allocated for 16 MiB of blocks: is the Badger copy's patch gone?", c, grew)
+		require.Less(t, least, uint64(8*tableSize), "compression %v: %d bytes allocated for 16 MiB of blocks: is the Badger copy's patch gone?", c, least)
 	}
 }
