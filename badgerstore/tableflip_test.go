@@ -98,12 +98,7 @@ func TestBadger_TableBitFlips(t *testing.T) {
 func tableBitFlips(t *testing.T, o badgerstore.Options) {
 	const n = 300
 	src := t.TempDir()
-	s := openStoreWith(t, src, &idem.Options{}, o)
-	for i := range n {
-		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, ok(string(faultBody(i))))
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.Close())
+	writeFaultKeys(t, src, o, 0, n)
 	tables, err := filepath.Glob(filepath.Join(src, "*.sst"))
 	require.NoError(t, err)
 	require.NotEmpty(t, tables)
@@ -208,22 +203,12 @@ func requireIntact(t *testing.T, s *idem.Store, n int) {
 func TestBadger_TableBitFlips_MixedCompression(t *testing.T) {
 	const n = 300
 	src := t.TempDir()
-	s := openStoreWith(t, src, &idem.Options{}, badgerstore.Options{Compression: badgerstore.CompressionNone})
-	for i := range n {
-		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, ok(string(faultBody(i))))
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.Close())
+	writeFaultKeys(t, src, badgerstore.Options{Compression: badgerstore.CompressionNone}, 0, n)
 	plain, err := filepath.Glob(filepath.Join(src, "*.sst"))
 	require.NoError(t, err)
 	require.Len(t, plain, 1)
 
-	s = openStoreWith(t, src, &idem.Options{}, badgerstore.Options{})
-	for i := range n {
-		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(n + i)}, ok(string(faultBody(i))))
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.Close())
+	writeFaultKeys(t, src, badgerstore.Options{}, n, n)
 	tables, err := filepath.Glob(filepath.Join(src, "*.sst"))
 	require.NoError(t, err)
 	require.Len(t, tables, 2)
@@ -250,4 +235,16 @@ func TestBadger_TableBitFlips_MixedCompression(t *testing.T) {
 		require.ErrorContains(t, err, name, "offset %d: the error names the damaged table", off)
 	}
 	require.NotZero(t, refused, "no flip was refused at open")
+}
+
+// writeFaultKeys opens a store in dir with o, completes keys from to
+// from+n-1 with faultBody results, and closes it (flushing a table).
+func writeFaultKeys(t *testing.T, dir string, o badgerstore.Options, from, n int) {
+	t.Helper()
+	s := openStoreWith(t, dir, &idem.Options{}, o)
+	for i := from; i < from+n; i++ {
+		_, _, err := s.Do(bg, idem.Request{Key: fmt.Sprint(i)}, ok(string(faultBody(i-from))))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
 }

@@ -70,17 +70,7 @@ func TestBuilderCompressesInline(t *testing.T) {
 		require.LessOrEqual(t, uint64(b.compressedSize.Load()), b.opts.tableCapacity, "compression %d", c)
 
 		// The table reads back whole.
-		tbl, err := OpenInMemoryTable(b.Finish(), 1, &opts)
-		require.NoError(t, err)
-		it := tbl.NewIterator(0)
-		n := 0
-		for it.Rewind(); it.Valid(); it.Next() {
-			require.Equal(t, fmt.Sprintf("k%012d", n), string(y.ParseKey(it.Key())))
-			n++
-		}
-		require.NoError(t, it.Close())
-		require.Equal(t, int(added)/len(value), n, "compression %d", c)
-		require.NoError(t, tbl.DecrRef())
+		requireReadsBack(t, b, opts, int(added)/len(value), nil)
 		b.Close()
 	}
 }
@@ -117,18 +107,27 @@ func TestBuilderCompressesInlineLargeEntries(t *testing.T) {
 		for i := 0; i < n; i++ {
 			b.Add(y.KeyWithTs([]byte(fmt.Sprintf("k%012d", i)), 1), y.ValueStruct{Value: value(i)}, 0)
 		}
-		tbl, err := OpenInMemoryTable(b.Finish(), 1, &opts)
-		require.NoError(t, err)
-		it := tbl.NewIterator(0)
-		i := 0
-		for it.Rewind(); it.Valid(); it.Next() {
-			require.Equal(t, fmt.Sprintf("k%012d", i), string(y.ParseKey(it.Key())))
-			require.Equal(t, value(i), it.Value().Value, "compression %d: entry %d", c, i)
-			i++
-		}
-		require.NoError(t, it.Close())
-		require.Equal(t, n, i, "compression %d", c)
-		require.NoError(t, tbl.DecrRef())
+		requireReadsBack(t, b, opts, n, value)
 		b.Close()
 	}
+}
+
+// requireReadsBack finishes b and requires its table to hold the keys
+// k000000000000 to n-1 in order, each with value(i) unless value is nil.
+func requireReadsBack(t *testing.T, b *Builder, opts Options, n int, value func(int) []byte) {
+	t.Helper()
+	tbl, err := OpenInMemoryTable(b.Finish(), 1, &opts)
+	require.NoError(t, err)
+	it := tbl.NewIterator(0)
+	i := 0
+	for it.Rewind(); it.Valid(); it.Next() {
+		require.Equal(t, fmt.Sprintf("k%012d", i), string(y.ParseKey(it.Key())))
+		if value != nil {
+			require.Equal(t, value(i), it.Value().Value, "compression %d: entry %d", opts.Compression, i)
+		}
+		i++
+	}
+	require.NoError(t, it.Close())
+	require.Equal(t, n, i, "compression %d", opts.Compression)
+	require.NoError(t, tbl.DecrRef())
 }
