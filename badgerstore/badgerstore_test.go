@@ -98,19 +98,25 @@ func TestBadger_Reopen_ReadsTablesOfEarlierOptions(t *testing.T) {
 	fill(s, keys[:200])
 	require.NoError(t, s.Close()) // flushes the memtable into a Snappy table
 
-	s = openStore(t, dir, nil)
+	// Today's options, with room in level 0 for the new store's tables
+	// (the mark's, the Snappy one) and this one: no compaction merges them
+	// before the check below.
+	s = openStoreWith(t, dir, &idem.Options{}, badgerstore.TuneBadger(badgerstore.Options{}, func(bo *badger.Options) {
+		bo.NumLevelZeroTables, bo.NumLevelZeroTablesStall = 10, 20
+	}))
 	replay(s, keys[:200])
 	fill(s, keys[200:])
 	require.NoError(t, s.Close()) // and a table of today's options beside it
 
-	// Two tables in level 0 over a limit of one: Flatten merges them (and
-	// no background compaction does it first).
+	// Two tables in level 0 over a limit of one (and a third holding the
+	// mark, which the second open's checkpoint flushed): Flatten merges
+	// them (and no background compaction does it first).
 	s = openStoreWith(t, dir, &idem.Options{}, badgerstore.TuneBadger(badgerstore.Options{}, func(bo *badger.Options) {
 		bo.NumLevelZeroTables, bo.NumCompactors = 1, 0
 	}))
 	db := badgerstore.BadgerDB(s.Backend().(*badgerstore.Backend))
 	before := db.Tables()
-	require.Len(t, before, 2)
+	require.GreaterOrEqual(t, len(before), 2)
 	require.NoError(t, db.Flatten(1))
 	require.NotEqual(t, before, db.Tables(), "compaction rewrote no table")
 	replay(s, keys)

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,8 +30,14 @@ func lostStore(t *testing.T, n int) (string, uint64) {
 	t.Helper()
 	dir := t.TempDir()
 	var top uint64
+	// Room in level 0 for every table the sessions flush (the new
+	// store's mark, each close's): a compaction would delete tables the
+	// truncated MANIFEST still names, which no open accepts.
+	roomy := badgerstore.TuneBadger(badgerstore.Options{}, func(bo *badger.Options) {
+		bo.NumLevelZeroTables, bo.NumLevelZeroTablesStall = 10, 20
+	})
 	write := func(session int, prefixes ...string) {
-		s := openStore(t, dir, &idem.Options{Clock: idemtest.NewClock(lossClock().Now().Add(-time.Hour))})
+		s := openStoreWith(t, dir, &idem.Options{Clock: idemtest.NewClock(lossClock().Now().Add(-time.Hour))}, roomy)
 		for _, prefix := range prefixes {
 			for i := range n {
 				c, _, err := s.Begin(bg, idem.Request{Key: fmt.Sprintf("%s-%d", prefix, i)})

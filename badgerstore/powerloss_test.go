@@ -87,9 +87,18 @@ func TestPowerLoss(t *testing.T) {
 	// loopExt4 keeps its image beside the mount point.
 	p := &powerLoss{t: t, w: w, img: filepath.Join(filepath.Dir(mnt), "fs.img"), mnt: mnt, work: t.TempDir()}
 	nextStop := 40 + rng.IntN(400)
-	for p.snaps < want || p.gcSnaps == 0 || p.ckptSnaps == 0 {
+	for p.snaps < want || p.gcSnaps == 0 || p.ckptSnaps == 0 || p.tableSnaps == 0 {
 		ev := w.next()
 		switch {
+		case ev == "table":
+			// Badger is writing a table, or has just written one: a
+			// memtable flush (the only copy of its writes on the disk is
+			// idem's log until the table and the MANIFEST are synced) or a
+			// compaction. The writer goes on until the stop.
+			if p.tableSnaps == 0 || rng.IntN(8) == 0 {
+				p.snapshot("while Badger writes a table (a memtable flush or a compaction)")
+				p.tableSnaps++
+			}
 		case ev == "a":
 			if nextStop--; nextStop == 0 {
 				p.snapshot("while writing")
@@ -124,8 +133,8 @@ func TestPowerLoss(t *testing.T) {
 		}
 	}
 	w.finish()
-	t.Logf("%d snapshots (%d right after a GC that rewrote, %d after a checkpoint) over %d rounds; GC rewrote %d files; %d acknowledged results checked in all, none lost or wrong",
-		p.snaps, p.gcSnaps, p.ckptSnaps, p.rounds, p.gcRewrote, p.checked)
+	t.Logf("%d snapshots (%d right after a GC that rewrote, %d after a checkpoint, %d as a table was written) over %d rounds; GC rewrote %d files; %d acknowledged results checked in all, none lost or wrong",
+		p.snaps, p.gcSnaps, p.ckptSnaps, p.tableSnaps, p.rounds, p.gcRewrote, p.checked)
 }
 
 // powerLoss is the parent's side: the snapshots and their checks.
@@ -134,6 +143,7 @@ type powerLoss struct {
 	w                         *powerLossWriter
 	img, mnt, work            string
 	snaps, gcSnaps, ckptSnaps int
+	tableSnaps                int
 	rounds, gcRewrote         int
 	checked                   int
 }
@@ -201,9 +211,12 @@ func checkSnapshot(t *testing.T, img, mnt string, acked map[string]string) []str
 // a result is acknowledged and "expire ROUND" before the round's ephemeral
 // results expire, and tells the parent on fd 3: "a" per acknowledgement,
 // "gc N" after GC (N value-log files gone), "checkpoint close" after a
-// close and "checkpoint log" after the store checkpointed on its own (its
-// log was full; idem.mark changed). After the last three it waits for a
-// line on stdin: "go" goes on, anything else ends it.
+// close, "checkpoint log" after the store checkpointed on its own (its
+// log was full; idem.mark changed), and "table" when a table appeared
+// since the last acknowledgement (Badger flushing a memtable or
+// compacting; the writer goes on). After "gc", "checkpoint close" and
+// "checkpoint log" it waits for a line on stdin: "go" goes on, anything
+// else ends it.
 func powerLossChild(t *testing.T, dir string) {
 	events := os.NewFile(3, "powerloss-events")
 	in := bufio.NewReader(os.Stdin)
@@ -230,10 +243,26 @@ func powerLossChild(t *testing.T, dir string) {
 		return string(b)
 	}
 	last := mark()
+	tables := map[string]bool{}
+	newTable := func() bool {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		seen := false
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".sst") && !tables[e.Name()] {
+				tables[e.Name()], seen = true, true
+			}
+		}
+		return seen
+	}
+	newTable()
 	for round := 0; ; round++ {
 		writeGCRound(t, s, rng, round, func(key string, body []byte) {
 			fmt.Printf("ack %s %x\n", key, sha256.Sum256(body))
 			tell("a")
+			if newTable() {
+				tell("table")
+			}
 			if m := mark(); m != last {
 				last = m
 				pause("checkpoint log")

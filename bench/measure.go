@@ -18,20 +18,30 @@ import (
 // workload that derives keys from i never repeats one. The first error
 // stops the run and is returned.
 func run(ctx context.Context, g int, warm, d time.Duration, maxOps int, op func(ctx context.Context, i int) error) (float64, error) {
+	rate, _, err := runCosted(ctx, g, warm, d, maxOps, op, "")
+	return rate, err
+}
+
+// runCosted is run that also returns what the counted calls cost, per call
+// (perOp), with the disk holding dir; dir "" counts no disk.
+func runCosted(ctx context.Context, g int, warm, d time.Duration, maxOps int,
+	op func(ctx context.Context, i int) error, dir string) (float64, map[string]any, error) {
 	var next atomic.Int64
 	if warm > 0 {
 		if _, _, err := phase(ctx, g, warm, max(1, maxOps/10), &next, op); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
+	c0 := costNow(dir)
 	n, elapsed, err := phase(ctx, g, d, maxOps, &next, op)
+	c1 := costNow(dir)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if n == 0 {
-		return 0, errors.New("bench: no operation finished in time")
+		return 0, nil, errors.New("bench: no operation finished in time")
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return float64(n) / elapsed.Seconds(), perOp(c0, c1, n), nil
 }
 
 // phase calls op from g goroutines until d has passed or maxOps calls

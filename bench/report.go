@@ -239,7 +239,36 @@ func notes(m *Measurement) string {
 	if v, ok := last["note"].(string); ok {
 		parts = append(parts, v)
 	}
+	if c := costNote(per); c != "" {
+		parts = append(parts, c)
+	}
 	return strings.Join(parts, "; ")
+}
+
+// costNote renders the medians of the per-operation costs runCosted
+// recorded, if any: this process's CPU and allocations (a server's are not
+// in them), and the disk's write requests and bytes.
+func costNote(per []map[string]any) string {
+	med := func(k string) (float64, bool) {
+		var xs []float64
+		for _, d := range per {
+			if v, ok := d[k].(float64); ok {
+				xs = append(xs, v)
+			}
+		}
+		return median(xs), len(xs) > 0
+	}
+	cpu, ok := med("cpu_us")
+	if !ok {
+		return ""
+	}
+	alloc, _ := med("alloc_bytes")
+	s := fmt.Sprintf("per op: %s µs CPU and %s bytes allocated in this process", fmtNum(cpu), fmtNum(alloc))
+	if w, ok := med("disk_writes"); ok {
+		b, _ := med("disk_bytes")
+		s += fmt.Sprintf(", %s write requests and %s KB to the disk", fmtNum(w), fmtNum(b/1e3))
+	}
+	return s
 }
 
 // perRep returns a measurement's per-repetition details, as the suite

@@ -32,6 +32,7 @@ func (s *Suite) cycles(ctx context.Context) error {
 					continue
 				}
 				var rate float64
+				var per map[string]any
 				start := time.Now()
 				err := s.withStore(ctx, c, func(st Store) error {
 					op, err := cycleOp(st, newSeed())
@@ -39,10 +40,10 @@ func (s *Suite) cycles(ctx context.Context) error {
 						return err
 					}
 					s.quiesce(ctx)
-					rate, err = run(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op)
+					rate, per, err = runCosted(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op, s.tmp)
 					return err
 				})
-				s.add(id, c.Name, rate, nil, err)
+				s.add(id, c.Name, rate, per, err)
 				s.logf("  rep %d %-8s %-15s %10.0f cycles/s (%.2fs)", rep+1, id, c.Name, rate, time.Since(start).Seconds())
 			}
 		}

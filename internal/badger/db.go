@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -99,6 +100,10 @@ type DB struct {
 	// entered atomically. This replaces the 10ms busy-sleep that previously
 	// polled flushChan from writeRequests.
 	flushCond *sync.Cond
+	// flushErr is the error of the flusher's last attempt, nil once a flush
+	// succeeds; FlushMemTables returns it rather than wait for the retries.
+	// Guarded by lock.
+	flushErr error
 
 	// Initialized via openMemTables.
 	nextMemFid int
@@ -887,6 +892,11 @@ func (db *DB) writeRequests(reqs []*request) error {
 	db.opt.Debugf("Writing to memtable")
 	var count int
 	for _, b := range reqs {
+		if b.flush {
+			// FlushMemTables: the writes before it go to the memtable handed
+			// over. Its error is its own: the other requests are written.
+			b.flushErr = db.handOverMemTable(true, b)
+		}
 		if len(b.Entries) == 0 {
 			continue
 		}
@@ -1043,13 +1053,28 @@ var errNoRoom = errors.New("No room for write")
 // ensureRoomForWrite is always called serially. It blocks (without busy-polling)
 // until the current memtable can be flushed, i.e. until flushChan has room.
 func (db *DB) ensureRoomForWrite() error {
+	return db.handOverMemTable(false, nil)
+}
+
+// handOverMemTable hands the active memtable to the flusher and makes a new
+// one current when the active one is full or, with force, whenever it holds
+// anything. It is called serially, by the write goroutine. With req, the
+// last memtable waiting for the flusher afterwards (the one handed over, or
+// an earlier one) is left in req.flushed for FlushMemTables to wait for.
+func (db *DB) handOverMemTable(force bool, req *request) error {
 	var err error
 	db.lock.Lock()
 	defer db.lock.Unlock()
 
 	y.AssertTrue(db.mt != nil) // A nil mt indicates that DB is being closed.
-	if !db.mt.isFull() {
+	if req != nil && len(db.imm) > 0 {
+		req.flushed = db.imm[len(db.imm)-1]
+	}
+	if !db.mt.isFull() && (!force || db.mt.sl.Empty()) {
 		return nil
+	}
+	if req != nil {
+		req.flushed = db.mt
 	}
 
 	// The next memtable is made before the full one is handed to the
@@ -1092,6 +1117,14 @@ func (db *DB) ensureRoomForWrite() error {
 				next.DecrRef() // removes its file
 				return errNoRoom
 			}
+			// FlushMemTables does not wait through the flusher's retries:
+			// it returns the flush's error, and the write goroutine goes on.
+			// Nor does a write without memtable logs, which has no file to
+			// fail on: on a full disk it would wait for the flusher forever.
+			if (force || db.opt.DisableMemTableWAL) && db.flushErr != nil {
+				next.DecrRef()
+				return y.Wrap(db.flushErr, "while flushing memtables")
+			}
 			db.flushCond.Wait()
 		}
 	}
@@ -1101,13 +1134,26 @@ func arenaSize(opt Options) int64 {
 	return opt.MemTableSize + opt.maxBatchSize + opt.maxBatchCount*int64(skl.MaxNodeSize)
 }
 
-// buildL0Table builds a new table from the memtable.
-func buildL0Table(iter y.Iterator, dropPrefixes [][]byte, bopts table.Options) *table.Builder {
+// buildL0Table builds a new table from the memtable. It leaves out the
+// versions no reader can see, as a compaction would: below a version at or
+// under discardTs that is the keep-th such version of its key, discards
+// earlier versions, or is deleted or expired, the older versions of the key
+// are hidden from every transaction, running or to come. So a key written
+// twice within one memtable (a value and its update, a value and its
+// deletion) is written once. Deleted and expired versions themselves are
+// kept: older versions may sit in the levels below. The value-log bytes of
+// the versions left out are added to discardStats, if not nil.
+func buildL0Table(iter y.Iterator, dropPrefixes [][]byte, bopts table.Options,
+	discardTs uint64, keep int, discardStats map[uint32]int64) *table.Builder {
 	defer iter.Close()
 
 	b := table.NewTableBuilder(bopts)
+	var lastKey []byte
+	var numVersions int
+	var hidden bool // the versions of lastKey that follow are hidden
 	for iter.Rewind(); iter.Valid(); iter.Next() {
-		if len(dropPrefixes) > 0 && hasAnyPrefixes(iter.Key(), dropPrefixes) {
+		key := iter.Key()
+		if len(dropPrefixes) > 0 && hasAnyPrefixes(key, dropPrefixes) {
 			continue
 		}
 		vs := iter.Value()
@@ -1115,17 +1161,48 @@ func buildL0Table(iter y.Iterator, dropPrefixes [][]byte, bopts table.Options) *
 		if vs.Meta&bitValuePointer > 0 {
 			vp.Decode(vs.Value)
 		}
-		b.Add(iter.Key(), iter.Value(), vp.Len)
+		if !y.SameKey(key, lastKey) {
+			lastKey = y.SafeCopy(lastKey, key)
+			numVersions, hidden = 0, false
+		} else if hidden {
+			if discardStats != nil && vp.Len > 0 {
+				discardStats[vp.Fid] += int64(vp.Len)
+			}
+			continue
+		}
+		if y.ParseTs(key) <= discardTs && vs.Meta&bitMergeEntry == 0 {
+			numVersions++
+			hidden = numVersions >= keep || vs.Meta&bitDiscardEarlierVersions > 0 ||
+				isDeletedOrExpired(vs.Meta, vs.ExpiresAt)
+		}
+		b.Add(key, vs, vp.Len)
 	}
 
 	return b
+}
+
+// flushDiscardTs is the version at or below which a flush may leave out
+// hidden versions: the compactions' (see subcompact), lowered while a
+// value-log GC rewrite is in flight.
+func (db *DB) flushDiscardTs() uint64 {
+	discardTs := db.orc.discardAtOrBelow()
+	if db.gcActive.Load() {
+		if gcMax := db.gcDiscardTs.Load(); gcMax > 0 && gcMax < discardTs {
+			discardTs = gcMax
+		}
+	}
+	return discardTs
 }
 
 // handleMemTableFlush must be run serially.
 func (db *DB) handleMemTableFlush(mt *memTable, dropPrefixes [][]byte) error {
 	bopts := buildTableOptions(db)
 	itr := mt.sl.NewUniIterator(false)
-	builder := buildL0Table(itr, nil, bopts)
+	var discardStats map[uint32]int64
+	if !db.opt.InMemory {
+		discardStats = make(map[uint32]int64)
+	}
+	builder := buildL0Table(itr, nil, bopts, db.flushDiscardTs(), db.opt.NumVersionsToKeep, discardStats)
 	defer builder.Close()
 
 	// buildL0Table can return nil if the none of the items in the skiplist are
@@ -1151,6 +1228,9 @@ func (db *DB) handleMemTableFlush(mt *memTable, dropPrefixes [][]byte) error {
 	// We own a ref on tbl.
 	err = db.lc.addLevel0Table(tbl) // This will incrRef
 	_ = tbl.DecrRef()               // Releases our ref.
+	if err == nil && len(discardStats) > 0 {
+		db.vlog.updateDiscardStats(discardStats)
+	}
 	return err
 }
 
@@ -1166,8 +1246,12 @@ func (db *DB) flushMemtable(lc *z.Closer) {
 
 		for {
 			if err := db.handleMemTableFlush(mt, nil); err != nil {
-				// Encountered error. Retry indefinitely.
+				// Encountered error. Retry indefinitely, and tell FlushMemTables.
 				db.opt.Errorf("error flushing memtable to disk: %v, retrying", err)
+				db.lock.Lock()
+				db.flushErr = err
+				db.lock.Unlock()
+				db.flushCond.Broadcast()
 				time.Sleep(time.Second)
 				continue
 			}
@@ -1181,6 +1265,7 @@ func (db *DB) flushMemtable(lc *z.Closer) {
 			// TODO: This logic is dirty AF. Any change and this could easily break.
 			y.AssertTrue(mt == db.imm[0])
 			db.imm = db.imm[1:]
+			db.flushErr = nil
 			mt.DecrRef() // Return memory.
 			// unlock
 			db.lock.Unlock()
@@ -1192,6 +1277,49 @@ func (db *DB) flushMemtable(lc *z.Closer) {
 			break
 		}
 	}
+}
+
+// FlushMemTables writes every write accepted before the call into level-0
+// tables: it hands the active memtable, if it holds anything, to the flusher
+// and returns once every memtable handed over so far is written to a synced
+// table recorded in the MANIFEST. With DisableMemTableWAL this is what makes
+// the memtables' writes durable (Sync then makes the value log durable). If
+// a flush fails, it returns the error while the flusher goes on retrying.
+func (db *DB) FlushMemTables() error {
+	if db.opt.InMemory || db.opt.ReadOnly {
+		return nil
+	}
+	if db.IsClosed() || db.blockWrites.Load() == 1 {
+		return ErrBlockedWrites
+	}
+	req := requestPool.Get().(*request)
+	req.reset()
+	req.flush = true
+	req.Wg.Add(1)
+	req.IncrRef()
+	db.writeCh <- req
+	req.Wg.Wait()
+	err, target := req.Err, req.flushed
+	if err == nil {
+		err = req.flushErr
+	}
+	req.DecrRef()
+	if err != nil || target == nil {
+		return err
+	}
+	db.lock.Lock()
+	defer db.lock.Unlock()
+	// Memtables are flushed in the order they were handed over.
+	for slices.Contains(db.imm, target) {
+		if db.flushErr != nil {
+			return y.Wrap(db.flushErr, "while flushing memtables")
+		}
+		if db.IsClosed() {
+			return ErrDBClosed
+		}
+		db.flushCond.Wait()
+	}
+	return nil
 }
 
 func exists(path string) (bool, error) {

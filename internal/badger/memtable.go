@@ -106,7 +106,9 @@ func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 		buf: &bytes.Buffer{},
 	}
 	// We don't need to create the wal for the skiplist in in-memory mode so return the mt.
-	if db.opt.InMemory {
+	// Nor for a new memtable when the application keeps its own log (DisableMemTableWAL);
+	// an existing one, left by an earlier open, is still replayed.
+	if db.opt.InMemory || (db.opt.DisableMemTableWAL && flags&os.O_CREATE != 0) {
 		return mt, z.NewFile
 	}
 
@@ -148,7 +150,7 @@ func (db *DB) newMemTable() (*memTable, error) {
 		db.opt.Errorf("Got error: %v for id: %d\n", err, db.nextMemFid)
 		return nil, y.Wrapf(err, "newMemTable")
 	}
-	return nil, fmt.Errorf("File %s already exists", mt.wal.Fd.Name())
+	return nil, fmt.Errorf("File %s already exists", db.mtFilePath(db.nextMemFid))
 }
 
 func (db *DB) mtFilePath(fid int) string {
@@ -156,6 +158,9 @@ func (db *DB) mtFilePath(fid int) string {
 }
 
 func (mt *memTable) SyncWAL() error {
+	if mt.wal == nil {
+		return nil // in memory, or DisableMemTableWAL
+	}
 	return mt.wal.Sync()
 }
 
@@ -163,8 +168,8 @@ func (mt *memTable) isFull() bool {
 	if mt.sl.MemSize() >= mt.opt.MemTableSize {
 		return true
 	}
-	if mt.opt.InMemory {
-		// InMemory mode doesn't have any WAL.
+	if mt.wal == nil {
+		// InMemory mode and DisableMemTableWAL have no WAL.
 		return false
 	}
 	return int64(mt.wal.writeAt) >= mt.opt.MemTableSize

@@ -45,6 +45,9 @@ type Options struct {
 	Compression       options.CompressionType
 	InMemory          bool
 	MetricsEnabled    bool
+	// DisableMemTableWAL keeps new memtables in memory only; see
+	// WithDisableMemTableWAL.
+	DisableMemTableWAL bool
 	// Sets the Stream.numGo field
 	NumGoroutines int
 
@@ -378,6 +381,24 @@ func (opt Options) WithValueDir(val string) Options {
 // The default value of SyncWrites is false.
 func (opt Options) WithSyncWrites(val bool) Options {
 	opt.SyncWrites = val
+	return opt
+}
+
+// WithDisableMemTableWAL returns a new Options value with DisableMemTableWAL set to the given
+// value.
+//
+// With it set, a new memtable keeps no write-ahead log (.mem file): a write is copied into the
+// skiplist only, and what the memtables hold is lost with the process until it is flushed to a
+// level-0 table. It is for an application that keeps its own log of every write and replays it
+// after a crash: the memtable's log is then a second copy of the same bytes. Such an application
+// makes its writes durable with FlushMemTables (every memtable written to a synced table
+// recorded in the MANIFEST) followed by Sync (the value log), and only then drops its own log.
+// Memtable logs left by an earlier open are still replayed and removed once flushed. SyncWrites
+// syncs only the value log.
+//
+// The default value of DisableMemTableWAL is false.
+func (opt Options) WithDisableMemTableWAL(val bool) Options {
+	opt.DisableMemTableWAL = val
 	return opt
 }
 

@@ -703,6 +703,12 @@ type request struct {
 	Wg   sync.WaitGroup
 	Err  error
 	ref  atomic.Int32
+	// flush asks the write goroutine to hand the active memtable to the
+	// flusher (FlushMemTables); flushed is then the last memtable handed
+	// over, nil if none is waiting, and flushErr why it could not be.
+	flush    bool
+	flushed  *memTable
+	flushErr error
 }
 
 func (req *request) reset() {
@@ -711,6 +717,7 @@ func (req *request) reset() {
 	req.Wg = sync.WaitGroup{}
 	req.Err = nil
 	req.ref.Store(0)
+	req.flush, req.flushed, req.flushErr = false, nil, nil
 }
 
 func (req *request) IncrRef() {

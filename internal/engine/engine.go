@@ -99,6 +99,9 @@ type Engine struct {
 	// (or a caller holding the committer's role, see role) owns it while
 	// the committer runs.
 	mark mark
+	// saved is the mark as this open last wrote it to MarkName, nil
+	// until it writes one.
+	saved *mark
 	// lost says what an open under AcceptLoss accepted as lost, if
 	// anything (recordLoss).
 	lost []string
@@ -170,6 +173,10 @@ func Open(o Options) (*Engine, error) {
 }
 
 func open(o Options, lock *os.File) (*Engine, error) {
+	// One log: under Durable every write Badger takes is in idem's log
+	// first, so Badger's memtables keep no log of their own, and a
+	// checkpoint flushes them to synced tables (syncBadgerFiles).
+	o.Badger.DisableMemTableWAL = o.Durable && !o.Badger.InMemory && !o.Badger.ReadOnly
 	bo := o.Badger
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -247,7 +254,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 			return nil, logErr(err)
 		}
 	}
-	if !bo.InMemory {
+	if !bo.InMemory && e.needsMark(m) {
 		// A mark from the start: a new store's log must not vanish either,
 		// and a loss accepted is not refused again, but is recorded first.
 		err := e.recordLoss()
@@ -359,6 +366,19 @@ func (e *Engine) VerifyLog() error {
 	}
 	_, err := wal.Pending(filepath.Join(e.dir, LogName))
 	return logErr(err)
+}
+
+// needsMark reports whether an open must take a checkpoint of the mark:
+// for a new store, a loss accepted, a log the mark does not know of yet, or
+// a mark file behind what Badger holds. An open that found the mark as it
+// left it (and replayed nothing, or checkpointed after the replay) takes
+// none: without memtable logs the checkpoint would flush a table holding
+// the mark alone at every open.
+func (e *Engine) needsMark(m *mark) bool {
+	if e.saved != nil {
+		m = e.saved // the replay's checkpoint wrote it
+	}
+	return m == nil || len(e.lost) > 0 || (e.log != nil && !m.Log) || e.mark.Checkpoint != m.Checkpoint
 }
 
 // markDurable takes a checkpoint of the mark alone: Badger's files synced

@@ -61,12 +61,19 @@ func (e *Engine) checkpoint() error {
 	return e.log.Reset()
 }
 
-// syncBadgerFiles makes every write Badger has accepted durable: the
-// active memtable's log and the value log through Badger, then every
-// memtable log and value-log file in the directory (immutable memtables
-// not yet flushed to tables, older value logs), then the directory.
-// Tables flushed from memtables are synced by Badger itself.
+// syncBadgerFiles makes every write Badger has accepted durable. Where
+// Badger's memtables keep no log (Durable: idem's log holds their writes),
+// it first flushes every memtable to a level-0 table, which Badger syncs
+// and records in its MANIFEST. Then the active memtable's log, if any, and
+// the value log through Badger, every memtable log and value-log file in
+// the directory (immutable memtables not yet flushed to tables, older
+// value logs), and the directory.
 func syncBadgerFiles(db *badger.DB, dir string) error {
+	if db.Opts().DisableMemTableWAL {
+		if err := db.FlushMemTables(); err != nil {
+			return err
+		}
+	}
 	if err := db.Sync(); err != nil {
 		return err
 	}

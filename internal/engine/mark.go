@@ -157,7 +157,12 @@ func (e *Engine) advanceMark() error {
 
 func (e *Engine) saveMark() error {
 	e.mark.Log = e.mark.Log || e.log != nil
-	return writeMark(e.dir, e.mark)
+	if err := writeMark(e.dir, e.mark); err != nil {
+		return err
+	}
+	saved := e.mark
+	e.saved = &saved
+	return nil
 }
 
 // LossKey holds, in Badger, what opens under AcceptLoss accepted as lost

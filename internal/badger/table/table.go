@@ -229,7 +229,7 @@ func (b *Block) decrRef() {
 	// will lead to SEGFAULT.
 	if b.ref.Add(-1) == 0 {
 		if b.freeMe {
-			z.Free(b.data)
+			freeBlockBuf(b.data)
 		}
 		NumBlocks.Add(-1)
 		// blockPool.Put(&b.data)
@@ -846,13 +846,13 @@ func (t *Table) decompress(b *Block) error {
 		return nil
 	case options.Snappy:
 		if sz, err := snappy.DecodedLen(b.data); err == nil {
-			dst = z.Calloc(sz, "Table.Decompress")
+			dst = blockBuf(sz)
 		} else {
-			dst = z.Calloc(len(b.data)*4, "Table.Decompress") // Take a guess.
+			dst = blockBuf(len(b.data) * 4) // Take a guess.
 		}
 		b.data, err = snappy.Decode(dst, b.data)
 		if err != nil {
-			z.Free(dst)
+			freeBlockBuf(dst)
 			return y.Wrap(err, "failed to decompress")
 		}
 	case options.ZSTD:
@@ -862,10 +862,10 @@ func (t *Table) decompress(b *Block) error {
 		if err := hdr.Decode(b.data); err == nil && hdr.HasFCS && hdr.FrameContentSize < uint64(t.opt.BlockSize*2) {
 			sz = int(hdr.FrameContentSize)
 		}
-		dst = z.Calloc(sz, "Table.Decompress")
+		dst = blockBuf(sz)
 		b.data, err = y.ZSTDDecompress(dst, b.data)
 		if err != nil {
-			z.Free(dst)
+			freeBlockBuf(dst)
 			return y.Wrap(err, "failed to decompress")
 		}
 	default:
@@ -873,12 +873,12 @@ func (t *Table) decompress(b *Block) error {
 	}
 
 	if b.freeMe {
-		z.Free(src)
+		freeBlockBuf(src)
 		b.freeMe = false
 	}
 
 	if len(b.data) > 0 && len(dst) > 0 && &dst[0] != &b.data[0] {
-		z.Free(dst)
+		freeBlockBuf(dst)
 	} else {
 		b.freeMe = true
 	}
