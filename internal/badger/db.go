@@ -1246,6 +1246,19 @@ func (db *DB) flushMemtable(lc *z.Closer) {
 
 		for {
 			if err := db.handleMemTableFlush(mt, nil); err != nil {
+				if db.opt.DisableMemTableWAL && db.IsClosed() {
+					// Closing, and the application's own log holds what
+					// this memtable holds: retrying forever (a full disk)
+					// would keep Close from returning.
+					db.opt.Errorf("error flushing memtable to disk: %v; closing: not retried", err)
+					db.lock.Lock()
+					y.AssertTrue(mt == db.imm[0])
+					db.imm = db.imm[1:]
+					mt.DecrRef()
+					db.lock.Unlock()
+					db.flushCond.Broadcast()
+					break
+				}
 				// Encountered error. Retry indefinitely, and tell FlushMemTables.
 				db.opt.Errorf("error flushing memtable to disk: %v, retrying", err)
 				db.lock.Lock()
