@@ -199,7 +199,7 @@ func StoreSecrets(t testing.TB, s *idem.Store, secret string) int {
 	require.NoError(t, err)
 	require.NoError(t, c.Hold(ctx))
 	require.NoError(t, s.Settle(ctx, held.Scope, held.Key, idem.VerdictCommitted,
-		backend.Result{Status: 200, Body: []byte(secret)}, "checked by hand"))
+		backend.Result{Status: 200, Body: []byte(secret)}, "checked by hand", nil))
 	_, err = idem.NewJournal(s, nil).Plan(ctx, "run-"+secret[:4], 1, "refund", []byte(`{"iban":"`+secret+`"}`))
 	require.NoError(t, err)
 	return 4
