@@ -25,7 +25,7 @@ const maxHeldNotes = 4096
 func (s *Store) policyHold(res Result, err error) string {
 	switch {
 	case err != nil:
-		return policyHoldNote + ": error: " + s.errorText(err)
+		return policyHoldNote + ": " + s.errorText(err)
 	case res.Status != 0:
 		return fmt.Sprintf("%s: status %d", policyHoldNote, res.Status)
 	}
