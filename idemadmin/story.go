@@ -85,7 +85,9 @@ type Entry struct {
 	// Event names it: first_seen, claimed, completed, completed_late (a
 	// claim recovery had released finished and its result was saved),
 	// ran_twice (one finished after the key was claimed again), released, recovered,
-	// orphaned (or another note on an open claim), unfinished (a claim
+	// orphaned, held (why a claim was held for recovery: "panic", "held by
+	// the error policy: ..."), note (another note on an open claim),
+	// unfinished (a claim
 	// that is not the current one and has no outcome), not_kept (claims
 	// the record dropped), lease_ends, lease_ended, unknown, attention,
 	// replayed, rejected, expires, expired.
@@ -201,6 +203,10 @@ func (s *story) add(at time.Time, event string, token uint64, format string, arg
 func (s *story) note(a backend.Attempt) {
 	if strings.HasPrefix(a.Reason, "orphaned") {
 		s.add(time.Time{}, "orphaned", a.Token, "%s: the process holding the claim was gone", a.Reason)
+		return
+	}
+	if a.Reason == "panic" || a.Reason == "held" || strings.HasPrefix(a.Reason, "held by ") {
+		s.add(time.Time{}, "held", a.Token, "held for recovery: %s", a.Reason)
 		return
 	}
 	s.add(time.Time{}, "note", a.Token, "%s", a.Reason)
