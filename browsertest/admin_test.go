@@ -55,11 +55,14 @@ func browserPath(t *testing.T) string {
 	return ""
 }
 
-// buildIdem builds the command line of this checkout.
+// buildIdem builds the command line of this checkout, in the library's
+// own module (with its go.mod and go.sum, as a user builds it).
 func buildIdem(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "idem")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/idemkit/idem/cmd/idem").CombinedOutput()
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/idem")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build idem: %v\n%s", err, out)
 	}
