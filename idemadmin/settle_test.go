@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,21 @@ func TestHandler_Settle_EncryptedStore(t *testing.T) {
 	if code, body := e.postSettle(t, "operator", big); code != http.StatusBadRequest {
 		t.Fatalf("a body over the bound: %d %s", code, body[:min(len(body), 300)])
 	}
+	// The page's form: refused without the check box, settled with it.
+	b := e.browser(t, "operator")
+	form := url.Values{"csrf": {csrfOf(t, b.get("/ui/key?scope=shop-1&key=refund:8"))}, "scope": {"shop-1"},
+		"key": {"refund:8"}, "verdict": {"committed"}, "status": {"201"}, "body": {"re_8"}, "by": {"ana"}, "note": {"n"}}
+	if code, _, body := b.do("POST", "/ui/settle", form); code != http.StatusConflict || !strings.Contains(body, "$IDEM_KEYS") {
+		t.Fatalf("the page's settle in clear without the check box: %d\n%s", code, body)
+	}
+	form.Set("in_clear", "1")
+	if code, _, body := b.do("POST", "/ui/settle", form); code != http.StatusSeeOther {
+		t.Fatalf("the page's settle with the check box: %d\n%s", code, body)
+	}
+	if page := b.get("/ui/key?scope=shop-1&key=refund:8"); !strings.Contains(page, "committed, in clear (ana: n)") {
+		t.Fatalf("the page's story does not say the result is in clear:\n%s", page)
+	}
+
 	committed.InClear = true
 	code, body = e.postSettle(t, "operator", committed)
 	if code != http.StatusOK || !strings.Contains(body, "settled by an operator: committed, in clear (alice: the ledger has re_7)") {
