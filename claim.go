@@ -313,7 +313,13 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 		case DecisionHold:
 			kind = EventHeld
 			// Why it is held goes into the claim's attempt, where any
-			// process reads it, or this Store's memory (held.go).
+			// process reads it, or this Store's memory (held.go). A
+			// transactional claim keeps its attempt's note, the backend's
+			// mark that recovery releases it without the Resolver
+			// (backend.Transactor).
+			if c.commit != nil {
+				return s.b.Extend(ctx, c.scope, c.key, c.token, now)
+			}
 			if h, ok := s.b.(backend.Holder); ok {
 				return h.Hold(ctx, c.scope, c.key, c.token, now, reason)
 			}
