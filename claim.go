@@ -247,7 +247,7 @@ func (c *Claim) Release(ctx context.Context, reason string) error {
 // lease ended, so that recovery asks the Resolver whether the effect
 // happened. Use it when the outcome is ambiguous.
 func (c *Claim) Hold(ctx context.Context) error {
-	return c.end(ctx, DecisionHold, Result{}, "held", nil)
+	return c.end(ctx, DecisionHold, Result{}, heldByHolder, nil)
 }
 
 // Extend renews the lease for another lease period from now. Do calls it
@@ -291,7 +291,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 		switch d {
 		case DecisionSave:
 			kind = EventCompleted
-			sealed, err := s.seal(c.scope, c.key, c.fingerprint, res)
+			sealed, err := s.seal(ctx, c.scope, c.key, c.fingerprint, res)
 			if err != nil {
 				return err
 			}
@@ -312,9 +312,18 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 			return nil
 		case DecisionHold:
 			kind = EventHeld
-			if h, ok := s.b.(backend.Holder); ok && reason == panicNote {
-				return h.Hold(ctx, c.scope, c.key, c.token, now, panicNote)
+			// Why it is held goes into the claim's attempt, where any
+			// process reads it, or this Store's memory (held.go). A
+			// transactional claim keeps its attempt's note, the backend's
+			// mark that recovery releases it without the Resolver
+			// (backend.Transactor).
+			if c.commit != nil {
+				return s.b.Extend(ctx, c.scope, c.key, c.token, now)
 			}
+			if h, ok := s.b.(backend.Holder); ok {
+				return h.Hold(ctx, c.scope, c.key, c.token, now, reason)
+			}
+			s.held.note(c, reason)
 			return s.b.Extend(ctx, c.scope, c.key, c.token, now)
 		default:
 			kind = EventReleased
@@ -431,7 +440,6 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		rollback()
 		endCtx := context.WithoutCancel(ctx)
 		if p != nil && commit == nil && s.o.Resolver != nil {
-			s.notePanic(c)
 			_ = c.end(endCtx, DecisionHold, Result{}, panicNote, nil)
 		} else {
 			_ = c.Release(endCtx, "panic")
@@ -463,7 +471,7 @@ func (s *Store) do(ctx context.Context, req Request, fn func(ctx context.Context
 		late = commit == nil && errors.Is(endErr, ErrFenced)
 	case DecisionHold:
 		rollback()
-		endErr = c.end(endCtx, DecisionHold, Result{}, "held", err)
+		endErr = c.end(endCtx, DecisionHold, Result{}, s.policyHold(res, err), err)
 	default:
 		rollback()
 		reason := "error policy"

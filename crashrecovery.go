@@ -154,10 +154,10 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 	switch res.Verdict {
 	case VerdictCommitted:
 		var sealed Result
-		sealed, err = s.seal(rec.Scope, rec.Key, rec.Fingerprint, res.Result)
+		sealed, err = s.seal(ctx, rec.Scope, rec.Key, rec.Fingerprint, res.Result)
 		comp := completion(sealed, now, expiresAt(now, retention), VerdictCommitted.String())
-		if s.panicked(rec) {
-			comp.Ending.Reason = panicNote
+		if why := s.heldNote(rec); why != "" {
+			comp.Ending.Reason = why
 		}
 		if err == nil {
 			err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
@@ -168,8 +168,12 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 		}
 	case VerdictNotCommitted:
 		why := "recovered: not committed"
-		if s.panicked(rec) {
+		switch held := s.heldNote(rec); held {
+		case "":
+		case panicNote:
 			why += " after a " + panicNote
+		default:
+			why += " (" + held + ")"
 		}
 		err = s.call(func() error {
 			return s.b.Release(ctx, rec.Scope, rec.Key, rec.Token,

@@ -111,6 +111,13 @@ var (
 	// its claim is live (then the error is also an *InProgressError).
 	ErrNothingToSettle = errors.New("idem: no stale claim to settle")
 
+	// ErrKeysNeeded is returned by Settle when a committed verdict would
+	// store its result in clear in an encrypted store: the Store has no
+	// keyring (Options.Keys) and the settle does not say the result may be
+	// stored in clear (SettleOptions.InClear). The concrete error is a
+	// *KeysNeededError.
+	ErrKeysNeeded = errors.New("idem: the store is encrypted: settling needs its active key")
+
 	// ErrNoVerify is returned by Store.Verify when the backend cannot verify
 	// what it stores (it does not implement backend.Verifier).
 	ErrNoVerify = errors.New("idem: the backend does not verify its storage")
@@ -339,3 +346,24 @@ func (e *RanTwiceError) Is(target error) bool {
 // MissingKeyError is returned when a record's result is sealed under a key
 // Options.Keys does not hold; it matches ErrMissingKey.
 type MissingKeyError = keyring.MissingKeyError
+
+// KeysNeededError is returned by Settle when a committed verdict would
+// store its result in clear in an encrypted store (docs/encryption.md says
+// how a store knows it is encrypted); it matches ErrKeysNeeded. Nothing is
+// written.
+type KeysNeededError struct {
+	Scope, Key string
+	// Because says how the store is known to be encrypted: its marker
+	// record, or a sealed result found in it.
+	Because string
+}
+
+func (e *KeysNeededError) Error() string {
+	return fmt.Sprintf("idem: settle key %q in scope %q: the store is encrypted (%s), and this settle has no key "+
+		"to seal the result with: give the store's active key (the command line's -keys or $IDEM_KEYS; "+
+		"Options.Keys), or say that this result may be stored in clear (idem resolve -in-clear; "+
+		"idemadmin's in_clear; SettleOptions.InClear)", e.Key, e.Scope, e.Because)
+}
+
+// Is reports whether target is ErrKeysNeeded.
+func (e *KeysNeededError) Is(target error) bool { return target == ErrKeysNeeded }

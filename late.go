@@ -57,7 +57,7 @@ func (s *Store) completeLate(ctx context.Context, c *Claim, claimedAt time.Time,
 		return unrecorded(nil)
 	}
 	now := s.now()
-	sealed, err := s.seal(c.scope, c.key, c.fingerprint, saved)
+	sealed, err := s.seal(ctx, c.scope, c.key, c.fingerprint, saved)
 	if err != nil {
 		return unrecorded(err)
 	}

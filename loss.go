@@ -70,7 +70,7 @@ func (s *Store) settleLost(ctx context.Context, rec *Record, result Result, now 
 	if retention <= 0 {
 		retention = s.o.Retention
 	}
-	sealed, err := s.seal(rec.Scope, rec.Key, rec.Fingerprint, result)
+	sealed, err := s.seal(ctx, rec.Scope, rec.Key, rec.Fingerprint, result)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"context"
 	"time"
 
 	"github.com/idemkit/idem/backend"
@@ -60,10 +61,14 @@ type Durability = backend.Durability
 
 // seal returns res as the backend stores it for (scope, key, fp): sealed
 // under the active key of Options.Keys, or as it is without a keyring.
-// Every path that hands a Result to the backend goes through it.
-func (s *Store) seal(scope, key, fp string, res Result) (Result, error) {
+// Every path that hands a Result to the backend goes through it. The
+// first one writes the store's encryption marker first (encrypted.go).
+func (s *Store) seal(ctx context.Context, scope, key, fp string, res Result) (Result, error) {
 	if s.o.Keys == nil {
 		return res, nil
+	}
+	if err := s.markEncrypted(ctx); err != nil {
+		return res, err
 	}
 	return s.o.Keys.Seal(res, scope, key, fp)
 }

@@ -32,7 +32,8 @@ type RekeyReport struct {
 
 // Rekey seals every done record's result again under the active key of
 // Options.Keys: those under older keys, and those written in clear before
-// encryption was turned on. Afterwards the older keys can leave the ring.
+// encryption was turned on. It writes the store's encryption marker
+// (EncryptionScope) first, if none is stored. Afterwards the older keys can leave the ring.
 // Each record is read, opened, sealed and written back with a write fenced
 // on its token (backend.Resealer), so a record that changes meanwhile
 // keeps its change; a record already under the active key is not
@@ -46,11 +47,15 @@ func (s *Store) Rekey(ctx context.Context) (*RekeyReport, error) {
 	if s.o.Keys == nil || !ok || !ok2 {
 		return nil, ErrNoRekey
 	}
+	if err := s.markEncrypted(ctx); err != nil {
+		return nil, err
+	}
 	r := &RekeyReport{}
 	var todo []backend.Ref
 	err := s.call(func() error {
 		return lister.Scan(ctx, func(rec *Record) bool {
-			if rec.State != StateDone || rec.Result == nil {
+			if rec.State != StateDone || rec.Result == nil || rec.Scope == EncryptionScope {
+				// The marker's result is a key id, in clear by design.
 				return true
 			}
 			r.Scanned++
@@ -97,7 +102,7 @@ func (s *Store) rekeyOne(ctx context.Context, resealer backend.Resealer, ref bac
 		r.Current++ // a run before this one, or a concurrent one, did it
 		return nil
 	}
-	sealed, err := s.seal(ref.Scope, ref.Key, rec.Fingerprint, *rec.Result)
+	sealed, err := s.seal(ctx, ref.Scope, ref.Key, rec.Fingerprint, *rec.Result)
 	if err == nil {
 		err = s.call(func() error { return resealer.Reseal(ctx, ref.Scope, ref.Key, ref.Token, sealed) })
 	}

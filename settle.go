@@ -11,6 +11,21 @@ import (
 // settledPrefix starts the words a settled claim's story carries.
 const settledPrefix = "settled: "
 
+// inClearWords follow the verdict in the story of a result an operator
+// settled in clear into an encrypted store.
+const inClearWords = ", in clear"
+
+// SettleOptions configure one Settle. Nil means the defaults.
+type SettleOptions struct {
+	// InClear says that the result of a committed verdict may be stored in
+	// clear in an encrypted store when this Store has no keyring
+	// (Options.Keys): without it, Settle refuses such a settle with a
+	// *KeysNeededError. The story then reads "settled: committed, in
+	// clear". A Store with a keyring seals the result whatever InClear
+	// says. Default false.
+	InClear bool
+}
+
 // Settle is an operator's verdict on a stale claim of (scope, key): one
 // whose lease ended, whether recovery marked it as needing attention or
 // has yet to resolve it. VerdictCommitted saves result as the key's result,
@@ -24,7 +39,13 @@ const settledPrefix = "settled: "
 // fails with ErrFenced), and it refuses a live claim (ErrNothingToSettle
 // with an *InProgressError). Settle reads idem's own scopes too. It drops
 // the key from the replay cache.
-func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result Result, note string) error {
+//
+// A committed verdict on an encrypted store (its marker record, or a
+// sealed result, says so: docs/encryption.md) by a Store without a keyring
+// is refused with a *KeysNeededError (ErrKeysNeeded), and nothing is
+// written, unless o.InClear says the result may be stored in clear. A
+// not-committed verdict saves no result and needs no key.
+func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result Result, note string, o *SettleOptions) error {
 	if err := validate(scope, key, true); err != nil {
 		return err
 	}
@@ -34,7 +55,18 @@ func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result
 	if note == "" {
 		return fmt.Errorf("idem: settle %q: a note saying who decided and why is required", key)
 	}
-	rec, err := s.Get(ctx, scope, key)
+	inClear := false
+	if v == VerdictCommitted && s.o.Keys == nil {
+		enc, because, err := s.encrypted(ctx)
+		switch {
+		case err != nil:
+			return err
+		case enc && (o == nil || !o.InClear):
+			return &KeysNeededError{Scope: scope, Key: key, Because: because}
+		}
+		inClear = enc
+	}
+	rec, _, err := s.Inspect(ctx, scope, key)
 	if errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("%w: key %q in scope %q has no record", ErrNothingToSettle, key, scope)
 	}
@@ -54,7 +86,10 @@ func (s *Store) Settle(ctx context.Context, scope, key string, v Verdict, result
 		retention = s.o.Retention
 	}
 	words := settledPrefix + v.String()
-	sealed, err := s.seal(scope, key, rec.Fingerprint, result)
+	if inClear {
+		words += inClearWords
+	}
+	sealed, err := s.seal(ctx, scope, key, rec.Fingerprint, result)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/badgerstore"
+	"github.com/idemkit/idem/keyring"
 )
 
 // Store runs effects once per (scope, key) and replays their results. It is
@@ -56,9 +57,13 @@ type Store struct {
 	rules map[string]recoveryRule
 	// flights holds the resolutions of stale claims in progress (flight.go).
 	flights flights
-	// panics names the claims this Store held after their effect panicked,
-	// for the story recovery writes (panic.go).
-	panics panicNotes
+	// held names why this Store held claims, for the story recovery
+	// writes, on backends that keep no such note (held.go).
+	held heldNotes
+	// marked is set once the store's encryption marker is known to be
+	// stored; marking serializes the writes of it (encrypted.go).
+	marked  atomic.Bool
+	marking sync.Mutex
 }
 
 // Open opens (or creates) a store in a directory on the embedded backend
@@ -104,7 +109,7 @@ func New(b backend.Backend, opts *Options) *Store {
 	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
 		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1), drained: make(chan struct{}),
-		hot: newHotSet(shares.hotBytes), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule()}}
+		hot: newHotSet(shares.hotBytes), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule(), EncryptionScope: markerRule()}}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(backend.Tallier)
 	if _, ok := o.Clock.(systemClock); ok {
@@ -266,8 +271,46 @@ func (s *Store) observeErr(op, scope, key string, token uint64, err error) {
 // It reads idem's own scopes (ReservedScopePrefix) too.
 // It returns ErrNotFound when nothing is stored. A result sealed with
 // Options.Keys is opened; one under a key the ring does not hold gives a
-// *MissingKeyError, one that does not open ErrCorrupt.
+// *MissingKeyError (Inspect reads such a record), one that does not open
+// ErrCorrupt.
 func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
+	rec, err := s.read(ctx, scope, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.open(scope, key, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Inspect returns the stored record of (scope, key) as Get does, but a
+// result sealed under a key the Store does not hold (none, without
+// Options.Keys) is no error: the record comes back whole, its story,
+// times and counts, with a Result holding only Status and Truncated (no
+// body, headers or error: they are sealed), and sealedUnder names the key
+// that seals them. sealedUnder is empty when the result, if any, is
+// opened or was stored in clear. Operators' views (idem inspect,
+// idemadmin) read records through it.
+func (s *Store) Inspect(ctx context.Context, scope, key string) (rec *Record, sealedUnder string, err error) {
+	rec, err = s.read(ctx, scope, key)
+	if err != nil {
+		return nil, "", err
+	}
+	err = s.open(scope, key, rec)
+	if errors.Is(err, ErrMissingKey) {
+		id, _ := keyring.Sealed(rec.Result)
+		rec.Result = &Result{Status: rec.Result.Status, Truncated: rec.Result.Truncated}
+		return rec, id, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return rec, "", nil
+}
+
+// read returns the stored record of (scope, key) as the backend holds it.
+func (s *Store) read(ctx context.Context, scope, key string) (*Record, error) {
 	if err := validate(scope, key, true); err != nil {
 		return nil, err
 	}
@@ -276,13 +319,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*Record, error) {
 		rec, err = s.b.Get(ctx, scope, key)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.open(scope, key, rec); err != nil {
-		return nil, err
-	}
-	return rec, nil
+	return rec, err
 }
 
 // validate checks a caller's scope and key; idem's own callers (the

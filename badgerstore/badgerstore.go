@@ -413,13 +413,26 @@ func (b *Backend) orphan(ids [][]byte) error {
 			}
 			rec.LeaseEnds = time.Time{}
 			rec.Owner = ""
-			rec.NoteAttempt(rec.Token, "orphaned by a restart")
+			if openNote(rec) == "" {
+				// A note already there says more: why the claim was held.
+				rec.NoteAttempt(rec.Token, "orphaned by a restart")
+			}
 			if err := b.put(t, id, rec, time.Time{}); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// openNote returns the note of rec's open attempt, if any.
+func openNote(rec *backend.Record) string {
+	for i := len(rec.Attempts) - 1; i >= 0; i-- {
+		if a := rec.Attempts[i]; a.Token == rec.Token {
+			return a.Reason
+		}
+	}
+	return ""
 }
 
 func recordID(scope, key string) []byte {

@@ -2,7 +2,9 @@ package browsertest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -53,11 +55,14 @@ func browserPath(t *testing.T) string {
 	return ""
 }
 
-// buildIdem builds the command line of this checkout.
+// buildIdem builds the command line of this checkout, in the library's
+// own module (with its go.mod and go.sum, as a user builds it).
 func buildIdem(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "idem")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/idemkit/idem/cmd/idem").CombinedOutput()
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/idem")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build idem: %v\n%s", err, out)
 	}
@@ -271,4 +276,62 @@ func TestAdminPage(t *testing.T) {
 	if !strings.Contains(string(body), `"condition": "done"`) {
 		t.Errorf("GET inspect after settling: %s", body)
 	}
+}
+
+// TestAdminPage_SettlesBinaryBody settles the stuck claim with a file
+// chosen in the form: every byte value, which no text field carries; the
+// saved body is the file's, byte for byte.
+func TestAdminPage_SettlesBinaryBody(t *testing.T) {
+	chromium := browserPath(t)
+	base, token := startAdmin(t, buildIdem(t), writeStore(t), "-write")
+	ctx := newBrowser(t, chromium)
+
+	body := make([]byte, 0, 512)
+	for i := range 512 {
+		body = append(body, byte(i))
+	}
+	file := filepath.Join(t.TempDir(), "re_1004.bin")
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "settle with a file", chromedp.Navigate(base+"?token="+token), chromedp.WaitVisible(chromedp.ID("records")),
+		chromedp.Navigate(base+"ui/key?scope=shop-1&key=refund:order-1004"), chromedp.WaitVisible(chromedp.ID("settle")),
+		chromedp.Click(chromedp.ID("committed")),
+		chromedp.SendKeys(chromedp.CSS(`#settle input[name=status]`), "201"),
+		chromedp.SetUploadFiles(chromedp.ID("body-file"), []string{file}),
+		chromedp.SendKeys(chromedp.CSS(`#settle input[name=by]`), "ana"),
+		chromedp.SendKeys(chromedp.CSS(`#settle input[name=note]`), "the provider's receipt"),
+		chromedp.Click(chromedp.ID("settle-submit")), chromedp.WaitVisible(chromedp.ID("settled")))
+	if condition := get(t, ctx, chromedp.Text(chromedp.ID("condition"))); !strings.Contains(condition, "done") {
+		t.Fatalf("after settling with a file: %q", condition)
+	}
+
+	req, _ := http.NewRequest("GET", base+"export?bodies=true", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for dec.More() {
+		var rec struct {
+			Key    string `json:"key"`
+			Result *struct {
+				Status int    `json:"status"`
+				Body   []byte `json:"body"`
+			} `json:"result"`
+		}
+		if err := dec.Decode(&rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Key != "refund:order-1004" {
+			continue
+		}
+		if rec.Result == nil || rec.Result.Status != 201 || !bytes.Equal(rec.Result.Body, body) {
+			t.Fatalf("the settled result is %+v, want status 201 and the file's %d bytes", rec.Result, len(body))
+		}
+		return
+	}
+	t.Fatal("refund:order-1004 is not in the export")
 }

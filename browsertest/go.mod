@@ -1,6 +1,6 @@
 module github.com/idemkit/idem/browsertest
 
-go 1.26
+go 1.26.0
 
 replace github.com/idemkit/idem => ../
 
@@ -25,6 +25,6 @@ require (
 	go.opentelemetry.io/otel v1.41.0 // indirect
 	go.opentelemetry.io/otel/metric v1.41.0 // indirect
 	go.opentelemetry.io/otel/trace v1.41.0 // indirect
-	golang.org/x/sys v0.41.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.7 // indirect
 )

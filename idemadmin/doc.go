@@ -86,6 +86,11 @@
 //   - Sweep reports the decisions its Decisions observer sees while it
 //     runs. The observer must be in the store's Options from Open, and it
 //     also sees recovery done on the request path meanwhile.
+//   - On an encrypted store served by a Store without its key, inspect
+//     and the page show a sealed result as sealed (its status, not its
+//     body), export writes it with sealed_under and no body, and a
+//     committed settle is refused (409) unless in_clear says the result
+//     may be stored in clear (docs/encryption.md).
 //   - Badger locks its directory: a process that opens it read-only cannot
 //     while a server holds it, and a server cannot start while a read-only
 //     reader holds it.

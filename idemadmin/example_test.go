@@ -1,6 +1,7 @@
 package idemadmin_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keyring"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -316,4 +318,35 @@ func ExampleParseAge() {
 	// 2h30m0s <nil>
 	// 168h0m0s <nil>
 	// 0s idemadmin: age "soon": want a duration such as 90s, 15m, 2h or 7d
+}
+
+// ExampleInspect tells, without the key, the story of a record whose
+// result is sealed: the result shows as sealed, with its status.
+func ExampleInspect() {
+	dir, _ := os.MkdirTemp("", "idemadmin-inspect")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	clk := idemtest.NewClock(t0)
+	ring, _ := keyring.New(keyring.Key{ID: "k1", Secret: bytes.Repeat([]byte{1}, keyring.KeySize)})
+	s, err := idem.Open(dir, &idem.Options{Keys: ring, Clock: clk, SweepInterval: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, _, _ = s.Do(ctx, idem.Request{Scope: "shop-1", Key: "refund:order-1", Fingerprint: "fp"},
+		func(context.Context) (idem.Result, error) {
+			return idem.Result{Status: 201, Body: []byte(`{"iban":"DE89370400440532013000"}`)}, nil
+		})
+	s.Close()
+
+	plain, err := idem.Open(dir, &idem.Options{Clock: clk, SweepInterval: -1}) // no key
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer plain.Close()
+	story, err := idemadmin.Inspect(ctx, plain, "shop-1", "refund:order-1", clk.Now())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(story.State, story.Claims, story.Result.Status, story.Result.Sealed)
+	// Output: done 1 201 sealed under key "k1" (not given)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/keyring"
 )
 
 // ExportOptions configure Export.
@@ -52,7 +53,9 @@ type AuditRecord struct {
 	LastRejection time.Time `json:"last_rejection,omitzero"`
 }
 
-// AuditResult is a saved result. Body is base64 in JSON.
+// AuditResult is a saved result. Body is base64 in JSON. A sealed result
+// (docs/encryption.md) is exported with SealedUnder naming its key and no
+// Body: an export never opens results, and the ciphertext is not the body.
 type AuditResult struct {
 	Status    int                 `json:"status"`
 	Header    map[string][]string `json:"header,omitempty"`
@@ -60,6 +63,8 @@ type AuditResult struct {
 	BodyBytes int                 `json:"body_bytes"`
 	Error     string              `json:"error,omitempty"`
 	Truncated bool                `json:"truncated,omitempty"`
+	// SealedUnder names the key a sealed result is sealed under.
+	SealedUnder string `json:"sealed_under,omitempty"`
 }
 
 // AuditClaim is one claim of a record's story (backend.Attempt).
@@ -87,7 +92,9 @@ func NewAuditRecord(rec *idem.Record, bodies bool) AuditRecord {
 	if r := rec.Result; r != nil {
 		a.Result = &AuditResult{Status: r.Status, Header: r.Header, BodyBytes: len(r.Body),
 			Error: r.Error, Truncated: r.Truncated}
-		if bodies {
+		if id, sealed := keyring.Sealed(r); sealed {
+			a.Result.BodyBytes, a.Result.SealedUnder = 0, id
+		} else if bodies {
 			a.Result.Body = r.Body
 		}
 	}

@@ -137,12 +137,12 @@ func (h *handler) lister(w http.ResponseWriter) (backend.Lister, bool) {
 
 func (h *handler) inspect(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rec, err := h.s.Get(r.Context(), q.Get("scope"), q.Get("key"))
+	story, err := Inspect(r.Context(), h.s, q.Get("scope"), q.Get("key"), h.o.Now())
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	respond(w, r, Tell(rec, h.o.Now()))
+	respond(w, r, story)
 }
 
 func (h *handler) ls(w http.ResponseWriter, r *http.Request) {

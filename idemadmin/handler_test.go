@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/keyring"
 )
 
 // adminEnv is a store on disk with a fake clock, its admin handler
@@ -34,12 +35,18 @@ type adminEnv struct {
 
 func newAdminEnv(t *testing.T, resolver idem.Resolver) *adminEnv {
 	t.Helper()
+	return newAdminEnvOn(t, t.TempDir(), resolver, nil)
+}
+
+// newAdminEnvOn is newAdminEnv on the store in dir, opened with keys.
+func newAdminEnvOn(t *testing.T, dir string, resolver idem.Resolver, keys *keyring.Ring) *adminEnv {
+	t.Helper()
 	e := &adminEnv{clock: idemtest.NewClock(t0), metrics: new(expvar.Map), decisions: &idemadmin.Decisions{}}
 	m := idemadmin.Expvar(e.metrics)
 	var err error
-	e.store, err = idem.Open(t.TempDir(), &idem.Options{
+	e.store, err = idem.Open(dir, &idem.Options{
 		Clock: e.clock, SweepInterval: -1, Resolver: resolver, CloseTimeout: 10 * time.Millisecond,
-		Observer: idem.Observers(e.decisions, idemadmin.CountEvents(m)),
+		Observer: idem.Observers(e.decisions, idemadmin.CountEvents(m)), Keys: keys,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,10 @@ package idemadmin
 import (
 	"bytes"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -93,6 +95,9 @@ type listPage struct {
 	MaxRows int
 }
 
+// MaxBody is the largest body the settle form saves.
+func (*pageData) MaxBody() int { return MaxSettleBody }
+
 type keyPage struct {
 	*Story
 	Settleable bool
@@ -136,8 +141,8 @@ func (h *handler) page(a Access, next func(w http.ResponseWriter, r *http.Reques
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-			if err := r.ParseForm(); err != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, maxSettleRequest)
+			if err := parseForm(r); err != nil {
 				h.fail(w, d, http.StatusBadRequest, "malformed form: "+err.Error(), "./")
 				return
 			}
@@ -250,16 +255,16 @@ func (h *handler) listPage(w http.ResponseWriter, r *http.Request, d *pageData) 
 // bodies access) and, for a stale claim, the form that settles it.
 func (h *handler) keyPage(w http.ResponseWriter, r *http.Request, d *pageData) {
 	q := r.URL.Query()
-	rec, err := h.s.Get(r.Context(), q.Get("scope"), q.Get("key"))
+	rec, sealedUnder, err := h.s.Inspect(r.Context(), q.Get("scope"), q.Get("key"))
 	if err != nil {
 		h.fail(w, d, statusOf(err), err.Error(), "./")
 		return
 	}
-	p := &keyPage{Story: Tell(rec, d.Now), Settled: q.Get("settled") != ""}
+	p := &keyPage{Story: tell(rec, sealedUnder, d.Now), Settled: q.Get("settled") != ""}
 	p.Settleable = p.Condition == "stuck" || p.Condition == "attention"
 	// Asked only here, where a body would be shown: a refusal hides it.
 	p.Bodies = h.o.Authorize(r, AccessBodies) == nil
-	if p.Bodies && rec.State == idem.StateDone && rec.Result != nil {
+	if p.Bodies && rec.State == idem.StateDone && rec.Result != nil && sealedUnder == "" {
 		p.Header = rec.Result.Header
 		p.Body, p.Binary = bodyText(rec.Result.Body)
 		p.Binary = !p.Binary
@@ -282,7 +287,12 @@ func (h *handler) settlePage(w http.ResponseWriter, r *http.Request, d *pageData
 			h.fail(w, d, http.StatusBadRequest, fmt.Sprintf("status %q: a committed verdict needs the result's HTTP status", f.Get("status")), back)
 			return
 		}
-		req.Status, req.Body = n, []byte(f.Get("body"))
+		body, err := formBody(r)
+		if err != nil {
+			h.fail(w, d, http.StatusBadRequest, err.Error(), back)
+			return
+		}
+		req.Status, req.Body, req.InClear = n, body, f.Get("in_clear") != ""
 		if ct := strings.TrimSpace(f.Get("content_type")); ct != "" {
 			req.Header = map[string][]string{"Content-Type": {ct}}
 		}
@@ -331,6 +341,41 @@ func (h *handler) statsPage(w http.ResponseWriter, r *http.Request, d *pageData)
 	}
 	d.Title, d.Stats = "Stats", &statsPage{Stats: st, Chart: act.chart()}
 	h.render(w, http.StatusOK, d)
+}
+
+// parseForm parses a POSTed form, URL-encoded or multipart (the settle
+// form's file), holding a multipart form in memory: the request's size is
+// bounded before.
+func parseForm(r *http.Request) error {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+		return r.ParseMultipartForm(maxSettleRequest)
+	}
+	return r.ParseForm()
+}
+
+// formBody returns the body the settle form gives: the file uploaded
+// (body_file), which may be binary, or the text field (body); not both.
+func formBody(r *http.Request) ([]byte, error) {
+	text := r.PostForm.Get("body")
+	if r.MultipartForm == nil || len(r.MultipartForm.File["body_file"]) == 0 {
+		return []byte(text), nil
+	}
+	fh := r.MultipartForm.File["body_file"][0]
+	if fh.Size == 0 && fh.Filename == "" {
+		return []byte(text), nil // no file chosen
+	}
+	if text != "" {
+		return nil, errors.New("give the body as text or as a file, not both")
+	}
+	if fh.Size > MaxSettleBody {
+		return nil, fmt.Errorf("the file %q has %d bytes, more than the %d a settle saves", fh.Filename, fh.Size, MaxSettleBody)
+	}
+	f, err := fh.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxSettleBody+1))
 }
 
 // bodyText returns body as text for the page, or false when it is not

@@ -1,6 +1,7 @@
 package idemadmin
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/keyring"
 )
 
 // Story is one record's story as of Now: what it is, and a timeline of
@@ -49,10 +51,29 @@ type Story struct {
 
 // ResultSummary describes a saved result without its body.
 type ResultSummary struct {
-	Status    int    `json:"status"`
+	Status int `json:"status"`
+	// Bytes is the body's length; zero for a sealed result.
 	Bytes     int    `json:"bytes"`
 	Error     string `json:"error,omitempty"`
 	Truncated bool   `json:"truncated,omitempty"`
+	// SealedUnder names the key a result is sealed under when the store
+	// reading it does not hold that key: its body, headers and error are
+	// not shown, only its status and truncation mark.
+	SealedUnder string `json:"sealed_under,omitempty"`
+	// Sealed says so in words: sealed under key "K" (not given).
+	Sealed string `json:"sealed,omitempty"`
+}
+
+// Inspect returns the story of the record of (scope, key) in s, judged at
+// now, read with idem.Store.Inspect: a result sealed under a key s does
+// not hold is marked as sealed (ResultSummary.SealedUnder), and the rest
+// of the story is told as for any record.
+func Inspect(ctx context.Context, s *idem.Store, scope, key string, now time.Time) (*Story, error) {
+	rec, sealedUnder, err := s.Inspect(ctx, scope, key)
+	if err != nil {
+		return nil, err
+	}
+	return tell(rec, sealedUnder, now), nil
 }
 
 // Entry is one event of a record's timeline.
@@ -64,7 +85,9 @@ type Entry struct {
 	// Event names it: first_seen, claimed, completed, completed_late (a
 	// claim recovery had released finished and its result was saved),
 	// ran_twice (one finished after the key was claimed again), released, recovered,
-	// orphaned (or another note on an open claim), unfinished (a claim
+	// orphaned, held (why a claim was held for recovery: "panic", "held by
+	// the error policy: ..."), note (another note on an open claim),
+	// unfinished (a claim
 	// that is not the current one and has no outcome), not_kept (claims
 	// the record dropped), lease_ends, lease_ended, unknown, attention,
 	// replayed, rejected, expires, expired.
@@ -77,8 +100,17 @@ type Entry struct {
 
 // Tell returns rec's story as of now. A record keeps counts of its
 // replays and rejections and the time of the last one, so the timeline
-// holds one entry for each kind, at the last one.
+// holds one entry for each kind, at the last one. A result still sealed
+// (rec as a backend stores it) is marked as sealed, its ciphertext never
+// shown as its body.
 func Tell(rec *idem.Record, now time.Time) *Story {
+	id, _ := keyring.Sealed(rec.Result)
+	return tell(rec, id, now)
+}
+
+// tell is Tell of a record whose result is sealed under key sealedUnder,
+// if not empty.
+func tell(rec *idem.Record, sealedUnder string, now time.Time) *Story {
 	s := &Story{
 		Scope: rec.Scope, Key: rec.Key, State: rec.State.String(), Condition: condition(rec, now),
 		Fingerprint: rec.Fingerprint, Token: rec.Token, Claims: rec.Claims, MayHaveRunTwice: rec.MayHaveRunTwice,
@@ -93,6 +125,10 @@ func Tell(rec *idem.Record, now time.Time) *Story {
 	if rec.State == idem.StateDone && rec.Result != nil {
 		s.Result = &ResultSummary{Status: rec.Result.Status, Bytes: len(rec.Result.Body),
 			Error: rec.Result.Error, Truncated: rec.Result.Truncated}
+		if sealedUnder != "" {
+			s.Result = &ResultSummary{Status: rec.Result.Status, Truncated: rec.Result.Truncated,
+				SealedUnder: sealedUnder, Sealed: SealedWords(sealedUnder)}
+		}
 	}
 	s.Summary = summary(rec, now)
 	if rec.MayHaveRunTwice {
@@ -101,6 +137,12 @@ func Tell(rec *idem.Record, now time.Time) *Story {
 	}
 	s.Timeline = timeline(rec, now)
 	return s
+}
+
+// SealedWords says that a result is sealed under key id, which the
+// reader was not given.
+func SealedWords(id string) string {
+	return fmt.Sprintf("sealed under key %q (not given)", id)
 }
 
 // condition is the record's state as judged at now.
@@ -161,6 +203,10 @@ func (s *story) add(at time.Time, event string, token uint64, format string, arg
 func (s *story) note(a backend.Attempt) {
 	if strings.HasPrefix(a.Reason, "orphaned") {
 		s.add(time.Time{}, "orphaned", a.Token, "%s: the process holding the claim was gone", a.Reason)
+		return
+	}
+	if a.Reason == "panic" || a.Reason == "held" || strings.HasPrefix(a.Reason, "held by ") {
+		s.add(time.Time{}, "held", a.Token, "held for recovery: %s", a.Reason)
 		return
 	}
 	s.add(time.Time{}, "note", a.Token, "%s", a.Reason)
@@ -398,6 +444,9 @@ func (s *Story) WriteText(w io.Writer) error {
 	p("first seen", "%s (%s)", formatTime(s.FirstSeen), relative(s.FirstSeen, s.Now))
 	if s.Result != nil {
 		r := fmt.Sprintf("status %d, %s", s.Result.Status, formatBytes(int64(s.Result.Bytes)))
+		if s.Result.Sealed != "" {
+			r = fmt.Sprintf("status %d, %s", s.Result.Status, s.Result.Sealed)
+		}
 		if s.Result.Truncated {
 			r += " (body too large to keep)"
 		}

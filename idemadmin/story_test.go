@@ -271,3 +271,42 @@ func TestStats_WriteText_DiskAddsUp(t *testing.T) {
 		t.Fatalf("got\n%s\nwant a line %q", b.String(), want)
 	}
 }
+
+// A claim the error policy held tells why in its story, read by another
+// Store over the same directory (another process, or the page of another
+// server): the held entry carries the policy's words.
+func TestInspect_PolicyHoldReason(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clk := idemtest.NewClock(t0)
+	unknown := idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
+		return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
+	})
+	s, err := idem.Open(dir, &idem.Options{Clock: clk, SweepInterval: -1, Resolver: unknown,
+		CloseTimeout: time.Millisecond,
+		Policy:       func(idem.Result, error) idem.Decision { return idem.DecisionHold }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Do(ctx, idem.Request{Scope: "shop-1", Key: "refund:9", Fingerprint: "fp"},
+		func(context.Context) (idem.Result, error) { return idem.Result{}, context.DeadlineExceeded })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := idem.Open(dir, &idem.Options{Clock: clk, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	story, err := idemadmin.Inspect(ctx, other, "shop-1", "refund:9", clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(story.Timeline, func(e idemadmin.Entry) bool { return e.Event == "held" })
+	if i < 0 || story.Timeline[i].Detail != "held for recovery: held by the error policy: context deadline exceeded" {
+		t.Fatalf("the story does not say why the claim is held: %+v", story.Timeline)
+	}
+}

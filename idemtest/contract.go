@@ -502,6 +502,49 @@ func testPolicyPanicNoteKept(t *testing.T, nb source) {
 		"another Store resolving the claim reads the note from the storage")
 }
 
+// The error policy's hold keeps its reason in the claim's attempt, as a
+// panic does: another Store over the same storage reads why the claim is
+// held, and the story of its recovery says so.
+func testPolicyHoldNoteKept(t *testing.T, nb source) {
+	notCommitted := idem.ResolverFunc(func(context.Context, *backend.Record) (idem.Resolution, error) {
+		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
+	})
+	e := newEnv(t, nb, withResolver(notCommitted), func(o *idem.Options) {
+		o.Policy = func(backend.Result, error) idem.Decision { return idem.DecisionHold }
+	})
+	if _, ok := e.b.(backend.Holder); !ok {
+		t.Skip("the backend is not a backend.Holder: a held claim's note lives in its Store's memory")
+	}
+	_, _, err := e.store.Do(ctx, req("k", "fp"), func(context.Context) (backend.Result, error) {
+		return backend.Result{}, context.DeadlineExceeded
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, _, err = e.store.Do(ctx, req("s", "fp"), func(context.Context) (backend.Result, error) {
+		return backend.Result{Status: 504}, nil
+	})
+	require.NoError(t, err)
+	rec := e.get(req("k", "fp"))
+	require.Equal(t, backend.StateInProgress, rec.State)
+	require.Equal(t, "held by the error policy: context deadline exceeded", rec.Attempts[len(rec.Attempts)-1].Reason,
+		"the held claim's attempt says why, in Options.ErrorText's words")
+	require.Equal(t, "held by the error policy: status 504", e.get(req("s", "fp")).Attempts[0].Reason)
+
+	other := idem.New(unclosed{e.b}, &idem.Options{Clock: e.clk, SweepInterval: -1, Lease: lease, Retention: retention,
+		RecoveryGrace: -1, Resolver: notCommitted})
+	defer other.Close()
+	rec, err = other.Get(ctx, "tenant-a", "k")
+	require.NoError(t, err)
+	require.Equal(t, "held by the error policy: context deadline exceeded", rec.Attempts[len(rec.Attempts)-1].Reason,
+		"another process reads why the claim is held")
+	rep, err := other.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.NotCommitted)
+	rec = e.get(req("k", "fp"))
+	require.Equal(t, backend.StateReleased, rec.State)
+	require.Equal(t, "recovered: not committed (held by the error policy: context deadline exceeded)",
+		rec.Attempts[len(rec.Attempts)-1].Reason)
+}
+
 // unclosed is a backend whose Close does nothing: a second Store over a
 // backend the first one owns.
 type unclosed struct{ backend.Backend }

@@ -148,7 +148,7 @@ func testSettle(t *testing.T, nb source) {
 	old := e.claim(paid)
 	e.claim(unpaid)
 
-	err := e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictCommitted, okResult(`{"refund":"r1"}`), "alice: ledger has r1")
+	err := e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictCommitted, okResult(`{"refund":"r1"}`), "alice: ledger has r1", nil)
 	require.ErrorIs(t, err, idem.ErrNothingToSettle, "a live claim is not settled")
 	require.ErrorIs(t, err, idem.ErrInProgress)
 
@@ -157,7 +157,7 @@ func testSettle(t *testing.T, nb source) {
 	require.ErrorIs(t, err, idem.ErrNeedsAttention)
 
 	require.NoError(t, e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictCommitted, okResult(`{"refund":"r1"}`),
-		"alice: ledger has r1"))
+		"alice: ledger has r1", nil))
 	require.Equal(t, `{"refund":"r1"}`, string(e.replay(paid).Body))
 	rec := e.get(paid)
 	require.Equal(t, backend.StateDone, rec.State)
@@ -169,18 +169,18 @@ func testSettle(t *testing.T, nb source) {
 	require.Equal(t, `{"refund":"r1"}`, string(e.replay(paid).Body))
 
 	require.NoError(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictNotCommitted, backend.Result{},
-		"bob: provider has no charge"))
+		"bob: provider has no charge", nil))
 	rec = e.get(unpaid)
 	require.Equal(t, backend.StateReleased, rec.State)
 	require.Equal(t, "settled: not_committed", rec.Recovered)
 	require.Contains(t, rec.Attempts[len(rec.Attempts)-1].Reason, "bob: provider has no charge")
 	e.claim(unpaid) // the next request runs it
 
-	err = e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictNotCommitted, backend.Result{}, "again")
+	err = e.store.Settle(ctx, "tenant-a", "paid", idem.VerdictNotCommitted, backend.Result{}, "again", nil)
 	require.ErrorIs(t, err, idem.ErrNothingToSettle, "a done record is not settled")
-	err = e.store.Settle(ctx, "tenant-a", "absent", idem.VerdictNotCommitted, backend.Result{}, "x")
+	err = e.store.Settle(ctx, "tenant-a", "absent", idem.VerdictNotCommitted, backend.Result{}, "x", nil)
 	require.ErrorIs(t, err, idem.ErrNothingToSettle)
-	require.Error(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictUnknown, backend.Result{}, "x"))
+	require.Error(t, e.store.Settle(ctx, "tenant-a", "unpaid", idem.VerdictUnknown, backend.Result{}, "x", nil))
 	require.Equal(t, 2, e.events.countReason(idem.EventRecovered, "settled: "))
 }
 

@@ -199,7 +199,7 @@ func StoreSecrets(t testing.TB, s *idem.Store, secret string) int {
 	require.NoError(t, err)
 	require.NoError(t, c.Hold(ctx))
 	require.NoError(t, s.Settle(ctx, held.Scope, held.Key, idem.VerdictCommitted,
-		backend.Result{Status: 200, Body: []byte(secret)}, "checked by hand"))
+		backend.Result{Status: 200, Body: []byte(secret)}, "checked by hand", nil))
 	_, err = idem.NewJournal(s, nil).Plan(ctx, "run-"+secret[:4], 1, "refund", []byte(`{"iban":"`+secret+`"}`))
 	require.NoError(t, err)
 	return 4
@@ -261,4 +261,127 @@ func testEncryptedRekey(t *testing.T, nb source) {
 	require.NoError(t, err)
 	id, sealed := keyring.Sealed(raw.Result)
 	require.True(t, sealed && id == "newer", "the result saved in clear is sealed by Rekey")
+}
+
+// testEncryptedSettle: the first sealed result writes the store's marker;
+// a Store without keys then refuses to settle a result in clear
+// (ErrKeysNeeded) and writes nothing, settles one when told InClear (and
+// the story says so), and settles a not-committed verdict, which saves no
+// result; a Store with the keys seals the settled result.
+func testEncryptedSettle(t *testing.T, nb source) {
+	if nb.keys == nil {
+		return
+	}
+	e := newEnv(t, nb, func(o *idem.Options) { o.MaxUnknown = 1 })
+	_, err := e.b.Get(ctx, idem.EncryptionScope, idem.EncryptionMarker)
+	require.ErrorIs(t, err, backend.ErrNotFound, "no marker before anything is sealed")
+	e.claim(req("done", "fp")).Complete(ctx, secretResult())
+	mark, err := e.b.Get(ctx, idem.EncryptionScope, idem.EncryptionMarker)
+	require.NoError(t, err, "the first sealed result writes the marker")
+	require.Equal(t, backend.StateDone, mark.State)
+	require.Equal(t, nb.keys.Active(), string(mark.Result.Body))
+
+	for _, k := range []string{"clear", "keyed", "unpaid"} {
+		e.claim(req(k, "fp"))
+	}
+	e.clk.Advance(2 * lease)
+	plain := e.otherStore(nil)
+	err = plain.Settle(ctx, "tenant-a", "clear", idem.VerdictCommitted, secretResult(), "alice: ledger", nil)
+	var kn *idem.KeysNeededError
+	require.ErrorAs(t, err, &kn)
+	require.ErrorIs(t, err, idem.ErrKeysNeeded)
+	require.Contains(t, err.Error(), "-keys")
+	require.Contains(t, kn.Because, idem.EncryptionScope)
+	raw, err := e.b.Get(ctx, "tenant-a", "clear")
+	require.NoError(t, err)
+	require.Equal(t, backend.StateInProgress, raw.State, "a refused settle writes nothing")
+
+	require.NoError(t, plain.Settle(ctx, "tenant-a", "unpaid", idem.VerdictNotCommitted, backend.Result{}, "bob: none", nil),
+		"a not-committed verdict saves no result: no key needed")
+
+	require.NoError(t, plain.Settle(ctx, "tenant-a", "clear", idem.VerdictCommitted, secretResult(), "alice: ledger",
+		&idem.SettleOptions{InClear: true}))
+	raw, err = e.b.Get(ctx, "tenant-a", "clear")
+	require.NoError(t, err)
+	_, sealed := keyring.Sealed(raw.Result)
+	require.False(t, sealed, "told InClear, the result is stored in clear")
+	require.Equal(t, "settled: committed, in clear", raw.Recovered)
+	require.Equal(t, "settled: committed, in clear", raw.Attempts[len(raw.Attempts)-1].Outcome)
+
+	require.NoError(t, e.store.Settle(ctx, "tenant-a", "keyed", idem.VerdictCommitted, secretResult(), "alice: ledger", nil))
+	e.requireSealed(nb, req("keyed", "fp"))
+	raw, err = e.b.Get(ctx, "tenant-a", "keyed")
+	require.NoError(t, err)
+	require.Equal(t, "settled: committed", raw.Recovered)
+}
+
+// testEncryptedSealedFound: a store whose results were sealed before the
+// marker existed is known as encrypted by a sealed result, on a backend
+// that lists records.
+func testEncryptedSealedFound(t *testing.T, nb source) {
+	if nb.keys == nil {
+		return
+	}
+	e := newEnv(t, nb)
+	lister, ok := e.b.(backend.Lister)
+	resealer, ok2 := e.b.(backend.Resealer)
+	if !ok || !ok2 {
+		t.Skip("the backend does not list records: only the marker says a store is encrypted")
+	}
+	// A sealed result written straight to the backend, without a marker.
+	sealed, err := nb.keys.Seal(secretResult(), "tenant-a", "old", "fp")
+	require.NoError(t, err)
+	now := e.clk.Now()
+	rec, claimed, err := e.b.Claim(ctx, "tenant-a", "old", backend.ClaimArgs{Fingerprint: "fp", Now: now,
+		LeaseEnds: now.Add(lease), Retention: retention})
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.NoError(t, e.b.Complete(ctx, "tenant-a", "old", rec.Token, backend.Completion{Result: sealed,
+		At: now, ExpiresAt: now.Add(retention), Ending: backend.Ending{At: now, Outcome: "completed", Status: 201}}))
+	plain := idem.New(rekeyable{e.b, lister, resealer}, &idem.Options{Clock: e.clk, SweepInterval: -1, Lease: lease,
+		CloseTimeout: time.Millisecond})
+	t.Cleanup(func() { _ = plain.Close() })
+	_, _, err = plain.Begin(ctx, req("stuck", "fp"))
+	require.NoError(t, err)
+	e.clk.Advance(2 * lease)
+	err = plain.Settle(ctx, "tenant-a", "stuck", idem.VerdictCommitted, okResult("x"), "alice: ledger", nil)
+	var kn *idem.KeysNeededError
+	require.ErrorAs(t, err, &kn)
+	require.Contains(t, kn.Because, `sealed under key "`+nb.keys.Active()+`"`)
+}
+
+// testEncryptedInspect: a Store without the key reads a sealed record's
+// whole story with Inspect, its result marked sealed under the key and
+// holding no ciphertext; Get still refuses it.
+func testEncryptedInspect(t *testing.T, nb source) {
+	if nb.keys == nil {
+		return
+	}
+	e := newEnv(t, nb)
+	e.claim(req("done", "fp")).Complete(ctx, secretResult())
+	e.replay(req("done", "fp"))
+	for _, keys := range []*keyring.Ring{nil, otherRing(t)} {
+		s := e.otherStore(keys)
+		_, err := s.Get(ctx, "tenant-a", "done")
+		require.ErrorIs(t, err, idem.ErrMissingKey)
+		rec, sealedUnder, err := s.Inspect(ctx, "tenant-a", "done")
+		require.NoError(t, err)
+		require.Equal(t, nb.keys.Active(), sealedUnder)
+		require.Equal(t, backend.StateDone, rec.State)
+		require.Equal(t, 1, rec.Claims)
+		require.NotEmpty(t, rec.Attempts)
+		require.Equal(t, backend.Result{Status: 201}, *rec.Result, "status only: never the ciphertext as the body")
+	}
+	rec, sealedUnder, err := e.store.Inspect(ctx, "tenant-a", "done")
+	require.NoError(t, err)
+	require.Empty(t, sealedUnder, "with the key, the result is opened")
+	require.Equal(t, secretResult(), *rec.Result)
+}
+
+// otherRing is a ring whose only key seals nothing the suite stores.
+func otherRing(t *testing.T) *keyring.Ring {
+	t.Helper()
+	r, err := keyring.New(keyring.Key{ID: "elsewhere", Secret: bytes.Repeat([]byte{9}, keyring.KeySize)})
+	require.NoError(t, err)
+	return r
 }

@@ -99,6 +99,7 @@ func run(t *testing.T, src source) {
 		{"Policy_PanicReleasesAndReraises", testPolicyPanic},
 		{"Policy_PanicHeldForResolver", testPolicyPanicHeld},
 		{"Policy_PanicNoteKeptByTheBackend", testPolicyPanicNoteKept},
+		{"Policy_HoldNoteKeptByTheBackend", testPolicyHoldNoteKept},
 		{"Retention_Override", testRetentionOverride},
 		{"Retention_SweepReclaims", testRetentionSweep},
 		{"Recovery_Committed", testRecoveryCommitted},
@@ -119,6 +120,9 @@ func run(t *testing.T, src source) {
 		{"Encryption_AtRest", testEncryptedAtRest},
 		{"Encryption_KeysAndTampering", testEncryptedKeys},
 		{"Encryption_Rekey", testEncryptedRekey},
+		{"Encryption_MarkerAndSettle", testEncryptedSettle},
+		{"Encryption_SealedResultFound", testEncryptedSealedFound},
+		{"Encryption_StoryWithoutKey", testEncryptedInspect},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, src) })

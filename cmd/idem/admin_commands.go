@@ -25,7 +25,8 @@ Tells the story of one key: when it was first seen, each claim (token, owner)
 and how it ended (completed with its status, released and why, recovered and
 how, orphaned by a restart, completed late after recovery, or finished after
 the key was claimed again: may have run twice), the replays and the 409/422 rejections it served,
-and when it expires.
+and when it expires. A result sealed under a key not given (-keys) is shown
+as sealed, with its status; the rest of the story needs no key.
 
 `+readOnlyNote, stderr,
 		"idem inspect /var/lib/refund-tool/idem -scope shop-1 refund:order-1004")
@@ -43,14 +44,13 @@ and when it expires.
 		return err
 	}
 	defer s.Close()
-	rec, err := s.Get(ctx, *scope, key)
+	story, err := idemadmin.Inspect(ctx, s, *scope, key, s.Options().Clock.Now())
 	if errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("no record of key %q in scope %q: never claimed, or expired (or released) and reclaimed", key, *scope)
 	}
 	if err != nil {
 		return err
 	}
-	story := idemadmin.Tell(rec, s.Options().Clock.Now())
 	if a.json {
 		return writeJSON(stdout, story)
 	}
@@ -202,6 +202,8 @@ func exportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 Writes every record to stdout as JSON lines, one record a line, for audits:
 its state, fingerprint, token, times, every claim kept with its outcome, the
 replay and rejection counts, and the saved result with its body in base64.
+A sealed result is written with the key it is sealed under (sealed_under) and
+no body: export never opens results.
 
 `+readOnlyNote, stderr,
 		"idem export /var/lib/refund-tool/idem -no-bodies > audit.jsonl")

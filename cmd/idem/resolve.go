@@ -12,13 +12,18 @@ import (
 
 func resolveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	a := newAdminFlags("resolve",
-		`DIR [-scope S] KEY (-committed -status N [-body-file F] [-content-type T] | -not-committed) -note "WHY" [-by WHO] [-json]`, `
+		`DIR [-scope S] KEY (-committed -status N [-body-file F] [-content-type T] | -not-committed) -note "WHY" [-by WHO] [-keys FILES | -in-clear] [-json]`, `
 Settles a stale claim by an operator's verdict: one whose lease ended and
 that recovery could not resolve (it needs attention), or that no resolver
 will resolve. -committed saves the result the effect had (its status and
 body) as the key's result, replayed to every repeat; -not-committed releases
 the claim, so the next request runs the effect. The key's story keeps who
 settled it (-by, default the user running the command) and why (-note).
+
+On an encrypted store (opened with keys: see -keys) a committed verdict needs
+the active key, to seal the result; without it the command refuses and writes
+nothing, unless -in-clear says that this result may be stored in clear (the
+key's story then says so). The body is at most 1 MiB.
 
 It changes the claim only with its fencing token, so it cannot overwrite a
 holder that took the key meanwhile, and it refuses a claim whose lease is
@@ -34,6 +39,7 @@ use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr,
 	contentType := a.fs.String("content-type", "", "the result's Content-Type `header` (with -committed)")
 	note := a.fs.String("note", "", "why: what the operator checked (required)")
 	by := a.fs.String("by", "", "who decides (default the user running the command)")
+	inClear := a.fs.Bool("in-clear", false, "on an encrypted store without -keys: store this result in clear")
 	pos, err := a.parse(args, "DIR", "KEY")
 	if err != nil {
 		return err
@@ -54,7 +60,7 @@ use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr,
 		return usage("-note is required: say why")
 	}
 	req := idemadmin.SettleRequest{Scope: *scope, Key: pos[0], Committed: *committed, Status: *status,
-		By: *by, Note: *note}
+		By: *by, Note: *note, InClear: *inClear}
 	if req.By == "" {
 		req.By = "operator"
 		if u, err := user.Current(); err == nil && u.Username != "" {
@@ -62,7 +68,7 @@ use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr,
 		}
 	}
 	if *bodyFile != "" {
-		if req.Body, err = os.ReadFile(*bodyFile); err != nil {
+		if req.Body, err = readBody(*bodyFile); err != nil {
 			return err
 		}
 	}
@@ -84,4 +90,19 @@ use that server's admin handler then (idemadmin.Handler: POST settle).`, stderr,
 		return writeJSON(stdout, story)
 	}
 	return story.WriteText(stdout)
+}
+
+// readBody reads a settle's body from path, refusing one larger than a
+// settle saves before reading it whole.
+func readBody(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, idemadmin.MaxSettleBody+1))
+	if err == nil && len(b) > idemadmin.MaxSettleBody {
+		err = fmt.Errorf("-body-file %s: more than the %d bytes a settle saves", path, idemadmin.MaxSettleBody)
+	}
+	return b, err
 }
