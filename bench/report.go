@@ -245,19 +245,24 @@ func notes(m *Measurement) string {
 	return strings.Join(parts, "; ")
 }
 
+// medianDetail returns the median over the repetitions of a figure
+// runCosted recorded (perOp), and whether any repetition had it.
+func medianDetail(m *Measurement, key string) (float64, bool) {
+	var xs []float64
+	for _, d := range perRep(m) {
+		if v, ok := d[key].(float64); ok {
+			xs = append(xs, v)
+		}
+	}
+	return median(xs), len(xs) > 0
+}
+
 // costNote renders the medians of the per-operation costs runCosted
 // recorded, if any: this process's CPU and allocations (a server's are not
 // in them), and the disk's write requests and bytes.
 func costNote(per []map[string]any) string {
-	med := func(k string) (float64, bool) {
-		var xs []float64
-		for _, d := range per {
-			if v, ok := d[k].(float64); ok {
-				xs = append(xs, v)
-			}
-		}
-		return median(xs), len(xs) > 0
-	}
+	m := &Measurement{Detail: map[string]any{"per_rep": per}}
+	med := func(k string) (float64, bool) { return medianDetail(m, k) }
 	cpu, ok := med("cpu_us")
 	if !ok {
 		return ""

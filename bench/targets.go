@@ -29,6 +29,17 @@ func (r *Results) judgeTargets() {
 	r.atLeast("cycle-32-fast", "Durable claim+complete, 32 goroutines: ≥ 0.85× idem's Fast mode",
 		idem("cycle-32"), r.find("cycle-32", "idem-fast"), 0.85, "cycles/s")
 
+	// What a durable cycle allocates at 32 goroutines, background work
+	// included (bytes allocated by the process over the cycles, median of
+	// the repetitions): at most 4 KB, so that the garbage collector's
+	// share of a cycle stays small.
+	if m := idem("cycle-32"); m.ok() {
+		if alloc, ok := medianDetail(m, "alloc_bytes"); ok {
+			r.atMostValue("cycle-32-alloc", "Durable claim+complete, 32 goroutines: ≤ 4 KB allocated per cycle",
+				&Measurement{Workload: m.Workload, Contender: m.Contender, Median: alloc}, 4000, "bytes/cycle")
+		}
+	}
+
 	// Durable claim+complete at 1 goroutine: at least 0.85x two synced
 	// writes per cycle, the contract's ceiling for a lone caller (rather
 	// than 0.5x the fdatasync loop, which is that ceiling itself).
@@ -158,7 +169,7 @@ func (r *Results) atMostValue(id, name string, got *Measurement, limit float64, 
 		r.Targets = append(r.Targets, t)
 		return
 	}
-	t.Want = fmt.Sprintf("< %s %s", fmtNum(limit), unit)
+	t.Want = fmt.Sprintf("≤ %s %s", fmtNum(limit), unit)
 	t.Got = fmt.Sprintf("%s %s", fmtNum(got.Median), unit)
 	r.verdict(&t, limit/got.Median)
 }
