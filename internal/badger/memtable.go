@@ -622,10 +622,18 @@ func (lf *logFile) bootstrap() error {
 	lf.baseIV = buf[8:]
 	y.AssertTrue(len(lf.baseIV) == 12)
 
-	// Copy over to the logFile.
-	y.AssertTrue(vlogHeaderSize == copy(lf.Data[0:], buf))
-
-	// Zero out the next entry.
-	lf.zeroNextEntry()
+	// Write it to the file, with the next entry's header zeroed, by pwrite
+	// rather than through the mapping: on a full file system a block that
+	// fallocate gave can still fail to be written (ext4 converting the
+	// unwritten extent), which through the mapping is SIGBUS and here an
+	// error. The mapping shares the page cache, so lf.Data sees it.
+	head := make([]byte, vlogHeaderSize+maxHeaderSize)
+	copy(head, buf)
+	if n := int64(len(lf.Data)); int64(len(head)) > n {
+		head = head[:n]
+	}
+	if _, err := lf.Fd.WriteAt(head, 0); err != nil {
+		return y.Wrapf(err, "while writing the header of %s", lf.path)
+	}
 	return nil
 }
