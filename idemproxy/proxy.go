@@ -212,7 +212,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	start := time.Now()
 	p.handler.ServeHTTP(sw, r)
-	if n.ran {
+	if n.ran && p.atPoint != nil {
+		// The answer leaves before the hook hears of it.
+		_ = http.NewResponseController(w).Flush()
 		p.at(PointAnswered, r)
 	}
 	if p.logger != nil {
