@@ -1,6 +1,7 @@
 package idemproxy
 
 import (
+	"errors"
 	"slices"
 
 	"github.com/idemkit/idem"
@@ -26,11 +27,14 @@ const (
 )
 
 // Policy is the idem.Policy a proxy's store needs (idem.Options.Policy):
-// an answer the proxy marked OutcomeUnknown is held; everything else is
-// decided by idemhttp.StatusPolicy (an upstream's 5xx, 408, 425 and 429,
-// and OutcomeNotSent, release the claim; every other answer is saved).
+// an answer the HTTP proxy marked OutcomeUnknown, and an MCP call whose
+// UpstreamError says it was sent, are held; everything else is decided by
+// idemhttp.StatusPolicy (an upstream's 5xx, 408, 425 and 429, OutcomeNotSent,
+// and any error, such as an MCP tool error, release the claim; every other
+// answer is saved).
 func Policy(res idem.Result, err error) idem.Decision {
-	if slices.Contains(res.Header[HeaderOutcome], OutcomeUnknown) {
+	var ue *UpstreamError
+	if slices.Contains(res.Header[HeaderOutcome], OutcomeUnknown) || errors.As(err, &ue) && ue.Sent {
 		return idem.DecisionHold
 	}
 	return idemhttp.StatusPolicy(res, err)

@@ -252,7 +252,7 @@ func TestHTTPResolver_Resolve_NotCommitted(t *testing.T) {
 }
 
 func TestParseAnswer_Malformed(t *testing.T) {
-	for _, raw := range []string{`{`, `{"verdict":"yes"}`, `{"verdict":"committed"}`,
+	for _, raw := range []string{`{`, `{"verdict":"yes"}`, `{"verdict":"committed","status":42}`,
 		`{"verdict":"committed","status":200,"body":"a","body_base64":"YQ=="}`} {
 		if _, err := idemproxy.ParseAnswer([]byte(raw)); err == nil {
 			t.Errorf("ParseAnswer(%s) = nil error", raw)

@@ -49,6 +49,8 @@ type ResolveAnswer struct {
 	// Status, Headers and Body are the answer to save when committed: the
 	// response the upstream gave, or one equivalent to it. Body is text;
 	// BodyBase64 carries bytes that are not (one of the two, not both).
+	// For idem mcp-proxy, Status and Headers are left out and Body is the
+	// tool's CallToolResult as JSON (idemmcp.SavedResult).
 	Status     int                 `json:"status,omitempty"`
 	Headers    map[string][]string `json:"headers,omitempty"`
 	Body       string              `json:"body,omitempty"`
@@ -119,7 +121,7 @@ func ParseAnswer(raw []byte) (idem.Resolution, error) {
 	default:
 		return idem.Resolution{}, fmt.Errorf("idemproxy: resolver verdict %q: want committed, not_committed or unknown", a.Verdict)
 	}
-	if a.Status < 100 || a.Status > 599 {
+	if a.Status != 0 && (a.Status < 100 || a.Status > 599) {
 		return idem.Resolution{}, fmt.Errorf("idemproxy: resolver answered committed with status %d", a.Status)
 	}
 	if a.Body != "" && a.BodyBase64 != "" {

@@ -200,10 +200,10 @@ func TestRun_Examples(t *testing.T) {
 				words = words[:i]
 			}
 			ctx := context.Background()
-			if c.name == "admin" || c.name == "proxy" {
+			if c.name == "admin" || c.name == "proxy" || c.name == "mcp-proxy" {
 				// It serves until stopped: stopped at once, once it has
 				// opened the store and listened (TestAdminServe and
-				// TestProxyCommand serve).
+				// TestProxyCommand and TestMCPProxyCommand_Example serve).
 				stopped, cancel := context.WithCancel(ctx)
 				cancel()
 				ctx = stopped

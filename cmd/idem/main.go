@@ -11,6 +11,7 @@
 //	idem backup [-json] DIR FILE|-
 //	idem restore [-json] FILE|- DIR
 //	idem proxy DIR -upstream URL -scope SCOPE [-listen HOST:PORT] [-resolver URL]
+//	idem mcp-proxy DIR [-listen HOST:PORT] [-scope SCOPE] (-upstream URL | -- COMMAND [ARGS...])
 //
 // A store directory is an argument, or -dir DIR in its place; flags may
 // come before or after the arguments.
@@ -54,6 +55,7 @@ func commands() []command {
 		{name: "backup", summary: "write a consistent backup of a store directory to a file", run: backupCommand},
 		{name: "restore", summary: "restore a backup file into an empty directory", run: restoreCommand},
 		{name: "proxy", summary: "serve idem's contract in front of an HTTP tool server written in any language", run: proxyCommand},
+		{name: "mcp-proxy", summary: "serve idem's contract in front of an MCP server (a child over stdio, or streamable HTTP)", run: mcpProxyCommand},
 	}
 }
 

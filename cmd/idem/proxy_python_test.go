@@ -171,7 +171,8 @@ func (r *pythonRig) startProxy(t *testing.T, point string) {
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	cmd.Stderr = &r.proxyLog
-	r.proxy = start(t, cmd, nil)
+	c := start(t, cmd, nil)
+	r.proxy = c
 	serving := regexp.MustCompile(`^idem proxy: serving http://(127\.0\.0\.1:\d+) `)
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
@@ -181,7 +182,7 @@ func (r *pythonRig) startProxy(t *testing.T, point string) {
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	go func() { <-r.proxy.done; pw.Close() }()
+	go func() { <-c.done; pw.Close() }()
 	if r.proxyAddr == "" {
 		t.Fatalf("idem proxy did not start: %s", r.proxyLog.String())
 	}
