@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -308,5 +309,70 @@ func TestMCPProxyCommand_Example(t *testing.T) {
 	}
 	if texts[0] != "refunded o-9 replayed=false" || texts[1] != "refunded o-9 replayed=true" {
 		t.Fatalf("calls: %q", texts)
+	}
+}
+
+// headerTransport adds a header to every request, as a gateway would.
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPProxyCommand_StreamableHTTP puts idem mcp-proxy between a
+// streamable HTTP upstream and clients over streamable HTTP, scoped by a
+// header: a tenant's repeat replays, another tenant's call runs, a call
+// without the header is refused.
+func TestMCPProxyCommand_StreamableHTTP(t *testing.T) {
+	var runs atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "refunds-http", Version: "1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "refund_order"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint("refund ", runs.Add(1))}}}, nil, nil
+	})
+	upSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(upSrv.Close) // after the proxy stopped: its session holds a stream open
+	sp := serveCommand(t, "mcp-proxy", t.TempDir(), "-listen", "127.0.0.1:0", "-scope", "header:X-Tenant",
+		"-upstream", upSrv.URL)
+	ctx := context.Background()
+	connect := func(tenant string) *mcp.ClientSession {
+		hc := &http.Client{Transport: http.DefaultTransport}
+		if tenant != "" {
+			hc.Transport = headerTransport{"X-Tenant", tenant}
+		}
+		sess, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: sp.base, HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatalf("connect: %v\n%s", err, sp.logged())
+		}
+		t.Cleanup(func() { sess.Close() })
+		return sess
+	}
+	call := func(sess *mcp.ClientSession) *mcp.CallToolResult {
+		t.Helper()
+		res, err := (&idemmcp.Client{Session: sess}).CallTool(ctx, &mcp.CallToolParams{Name: "refund_order",
+			Arguments: map[string]any{}}, "k-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	acme := connect("acme")
+	if sess := acme.InitializeResult(); sess.ServerInfo.Name != "refunds-http" {
+		t.Fatalf("server %+v", sess.ServerInfo)
+	}
+	first, again := call(acme), call(acme)
+	if textOfResult(first) != "refund 1" || textOfResult(again) != "refund 1" || !idemmcp.Replayed(again) {
+		t.Fatalf("acme: %q then %q", textOfResult(first), textOfResult(again))
+	}
+	if other := call(connect("globex")); textOfResult(other) != "refund 2" || idemmcp.Replayed(other) {
+		t.Fatalf("globex: %q", textOfResult(other))
+	}
+	if none := call(connect("")); none.Meta[idemmcp.MetaStatus] != idemmcp.StatusUnauthenticated {
+		t.Fatalf("no tenant: %+v %q", none.Meta, textOfResult(none))
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("upstream ran %d times, want 2", runs.Load())
 	}
 }

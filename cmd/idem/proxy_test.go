@@ -48,22 +48,29 @@ func (sp *servedProxy) logged() string {
 // the proxy printed its address and, with -admin, the admin page's.
 func serveProxy(t *testing.T, args ...string) *servedProxy {
 	t.Helper()
+	return serveCommand(t, "proxy", args...)
+}
+
+// serveCommand starts idem proxy or idem mcp-proxy (name) with args, as
+// serveProxy does.
+func serveCommand(t *testing.T, name string, args ...string) *servedProxy {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	sp := &servedProxy{}
 	done := make(chan int, 1)
 	go func() {
-		code := run(ctx, append([]string{"proxy"}, args...), pw, syncWriter{&sp.mu, &sp.log})
+		code := run(ctx, append([]string{name}, args...), pw, syncWriter{&sp.mu, &sp.log})
 		pw.Close()
 		done <- code
 	}()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
-			t.Errorf("idem proxy exited %d: %s", code, sp.logged())
+			t.Errorf("idem %s exited %d: %s", name, code, sp.logged())
 		}
 	})
-	serving := regexp.MustCompile(`^idem proxy: serving (http://127\.0\.0\.1:\d+) `)
+	serving := regexp.MustCompile(`^idem (?:mcp-)?proxy: serving (http://127\.0\.0\.1:\d+) `)
 	admin := strings.Contains(strings.Join(args, " "), "-admin")
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
@@ -76,7 +83,7 @@ func serveProxy(t *testing.T, args ...string) *servedProxy {
 		}
 	}
 	if sp.base == "" {
-		t.Fatalf("idem proxy printed no address: %s", sp.logged())
+		t.Fatalf("idem %s printed no address: %s", name, sp.logged())
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	return sp
