@@ -292,8 +292,11 @@ func (p *MCPProxy) log(req *mcp.CallToolRequest, decision string, err error) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("tool", req.Params.Name), slog.String("decision", decision)}
-	if k, ok := req.Params.Meta[idemmcp.MetaKey].(string); ok {
-		attrs = append(attrs, slog.String("key", k))
+	for _, name := range []string{idemmcp.MetaKey, idemmcp.MetaKeyDashed, idemmcp.MetaKeyNamespaced} {
+		if k, ok := req.Params.Meta[name].(string); ok {
+			attrs = append(attrs, slog.String("key", k))
+			break
+		}
 	}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
