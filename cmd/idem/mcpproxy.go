@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"os/signal"
 	"slices"
@@ -17,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemadmin"
 	"github.com/idemkit/idem/idemproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -29,32 +26,22 @@ import (
 
 // mcpProxyFlags are idem mcp-proxy's flags.
 type mcpProxyFlags struct {
-	fs                    *flag.FlagSet
-	dir, upstream, listen string
-	scope, resolver, keys string
-	guard, pass, keyArg   string
-	admin, killAt         string
-	retention, shutdown   time.Duration
-	command               []string // after "--"
+	serveFlags
+	upstream, listen    string
+	guard, pass, keyArg string
+	command             []string // after "--"
 }
 
 func newMCPProxyFlags(stderr io.Writer) *mcpProxyFlags {
-	f := &mcpProxyFlags{fs: flag.NewFlagSet("idem mcp-proxy", flag.ContinueOnError)}
-	fs := f.fs
+	f := &mcpProxyFlags{}
+	fs := flag.NewFlagSet("idem mcp-proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.dir, "dir", "", "the store: a `directory`, a redis:// URL or a postgres:// URL, if not given as the first argument")
+	f.addServeFlags(fs, "whose keys: shared (default over stdio), fixed:NAME or header:NAME (with -listen; set by the authenticating gateway)")
 	fs.StringVar(&f.upstream, "upstream", "", "the upstream's streamable HTTP `URL`, in place of a command after --")
 	fs.StringVar(&f.listen, "listen", "", "serve streamable HTTP on `host:port` (default: serve stdio)")
-	fs.StringVar(&f.scope, "scope", "", "whose keys: shared (default over stdio), fixed:NAME or header:NAME (with -listen; set by the authenticating gateway)")
-	fs.StringVar(&f.resolver, "resolver", "", "`URL` asked about stale claims (docs/proxy.md); without it they are held for an operator")
 	fs.StringVar(&f.guard, "guard", "", "comma-separated `tools` guarded whatever their annotations say")
 	fs.StringVar(&f.pass, "pass", "", "comma-separated `tools` passed through unguarded")
 	fs.StringVar(&f.keyArg, "key-argument", "", "a tool `argument` that may carry the key, for models that cannot set _meta")
-	fs.DurationVar(&f.retention, "retention", 0, "how long answers are kept for replay (default the store's, 24h)")
-	fs.StringVar(&f.keys, "keys", "", keysUsage)
-	fs.StringVar(&f.admin, "admin", "", "also serve idemadmin's page and JSON on `host:port`, behind a token printed at start")
-	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "with -listen, on SIGINT or SIGTERM, how long in-flight calls may finish")
-	fs.StringVar(&f.killAt, "kill-at", "", "SIGKILL the process at the first guarded call reaching this point (hidden)")
 	setUsage(fs, "DIR [-listen HOST:PORT] [-scope SCOPE] [-resolver URL] (-upstream URL | -- COMMAND [ARGS...])", `
 Puts idem's contract in front of an MCP server written in any language: it
 starts the upstream as a child over stdio (the command after --) or connects
@@ -86,15 +73,8 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if at := slices.Index(args, "--"); at >= 0 {
 		args, f.command = args[:at], args[at+1:]
 	}
-	pos, err := parseAnywhere(f.fs, args)
-	if err != nil {
+	if err := f.parseServe(args, false); err != nil {
 		return err
-	}
-	if f.dir, _, err = takeDir(f.fs, f.dir, pos, []string{"DIR"}, false); err != nil {
-		return err
-	}
-	if f.keys == "" {
-		f.keys = os.Getenv(keysEnv)
 	}
 	opts, err := f.options(stderr)
 	if err != nil {
@@ -104,13 +84,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	opts.Logger = logger
-	var res idem.Resolver = idemproxy.HoldResolver{}
-	if f.resolver != "" {
-		res = &idemproxy.HTTPResolver{URL: f.resolver}
-	}
-	var decisions idemadmin.Decisions
-	store, err := openServingStore(ctx, f.dir, f.keys, &idem.Options{Policy: idemproxy.Policy, Resolver: res,
-		Logger: logger, Observer: &decisions, Retention: f.retention})
+	store, err := f.openProxyStore(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -129,7 +103,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	served := make(chan error, 2)
 	var adminSrv *http.Server
 	if f.admin != "" {
-		if adminSrv, err = serveProxyAdmin(f.admin, store, &decisions, stderr, served); err != nil {
+		if adminSrv, err = serveProxyAdmin(f.admin, store, &f.decisions, stderr, served); err != nil {
 			return err
 		}
 		defer adminSrv.Close()
@@ -212,14 +186,8 @@ func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error)
 	default:
 		return nil, fmt.Errorf("-scope %q: want shared, fixed:NAME or, with -listen, header:NAME", scope)
 	}
-	if f.killAt != "" {
-		point := idemproxy.Point(f.killAt)
-		o.At = func(p idemproxy.Point, _ *mcp.CallToolRequest) {
-			if p == point {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {}
-			}
-		}
+	if kill := f.killer(); kill != nil {
+		o.At = func(p idemproxy.Point, _ *mcp.CallToolRequest) { kill(p) }
 	}
 	return o, nil
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -28,42 +27,32 @@ import (
 
 // proxyFlags are idem proxy's flags.
 type proxyFlags struct {
-	fs                  *flag.FlagSet
-	dir, listen, scope  string
-	upstream, resolver  string
-	methods, paths      string
-	pass, keys, admin   string
-	killAt              string
-	requireKey, plain   bool
-	timeout, wait       time.Duration
-	retention, shutdown time.Duration
-	maxBody             int64
-	maxResponse         int
+	serveFlags
+	listen, upstream  string
+	methods, paths    string
+	pass              string
+	requireKey, plain bool
+	timeout, wait     time.Duration
+	maxBody           int64
+	maxResponse       int
 }
 
 func newProxyFlags(stderr io.Writer) *proxyFlags {
-	f := &proxyFlags{fs: flag.NewFlagSet("idem proxy", flag.ContinueOnError)}
-	fs := f.fs
+	f := &proxyFlags{}
+	fs := flag.NewFlagSet("idem proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.dir, "dir", "", "the store: a `directory`, a redis:// URL or a postgres:// URL, if not given as the first argument")
+	f.addServeFlags(fs, "whose keys: header:NAME (set by the authenticating gateway; missing is 401), fixed:NAME or shared (required)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "serve the proxy on `host:port`")
 	fs.StringVar(&f.upstream, "upstream", "", "the tool server's base `URL` (required)")
-	fs.StringVar(&f.scope, "scope", "", "whose keys: header:NAME (set by the authenticating gateway; missing is 401), fixed:NAME or shared (required)")
-	fs.StringVar(&f.resolver, "resolver", "", "`URL` asked about stale claims (docs/proxy.md); without it they are held for an operator")
 	fs.StringVar(&f.methods, "methods", strings.Join(idemproxy.DefaultMethods(), ","), "comma-separated `methods` guarded; others pass through")
 	fs.StringVar(&f.paths, "paths", "", "comma-separated path `prefixes` guarded (default every path)")
 	fs.StringVar(&f.pass, "pass", "", "comma-separated path `prefixes` always passed through unguarded")
 	fs.BoolVar(&f.requireKey, "require-key", false, "refuse a guarded method's request without an Idempotency-Key (default: pass it through)")
 	fs.DurationVar(&f.timeout, "timeout", idemproxy.DefaultTimeout, "how long to wait for the upstream's answer once a request is sent; past it the outcome is unknown (held)")
 	fs.DurationVar(&f.wait, "wait", 0, "how long a repeat waits for a running first attempt before 409")
-	fs.DurationVar(&f.retention, "retention", 0, "how long answers are kept for replay (default the store's, 24h)")
 	fs.Int64Var(&f.maxBody, "max-body", 0, "the largest request body in `bytes` (default 1 MiB)")
 	fs.IntVar(&f.maxResponse, "max-response", 0, "the largest answer kept for replay, in `bytes` (default 1 MiB); larger ones stream and replay as response-not-kept")
-	fs.StringVar(&f.keys, "keys", "", keysUsage)
-	fs.StringVar(&f.admin, "admin", "", "also serve idemadmin's page and JSON on `host:port`, behind a token printed at start")
-	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long in-flight requests may finish; those left are held for recovery")
 	fs.BoolVar(&f.plain, "plain", false, "forward only, with no store (for comparisons); DIR is then not needed")
-	fs.StringVar(&f.killAt, "kill-at", "", "SIGKILL the process at the first guarded request reaching this point (hidden)")
 	setUsage(fs, "DIR -upstream URL -scope SCOPE [-listen HOST:PORT] [-resolver URL] [flags]", `
 Puts idem's contract in front of a tool server written in any language: a
 reverse proxy that runs each guarded request once per (scope, key) on the
@@ -94,15 +83,8 @@ closes the store.`,
 
 func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := newProxyFlags(stderr)
-	pos, err := parseAnywhere(f.fs, args)
-	if err != nil {
+	if err := f.parseServe(args, f.plain); err != nil {
 		return err
-	}
-	if f.dir, _, err = takeDir(f.fs, f.dir, pos, []string{"DIR"}, f.plain); err != nil {
-		return err
-	}
-	if f.keys == "" {
-		f.keys = os.Getenv(keysEnv)
 	}
 	opts, err := f.options()
 	if err != nil {
@@ -113,15 +95,8 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	opts.Logger = logger
 	var store *idem.Store
-	var decisions idemadmin.Decisions
 	if !f.plain {
-		var res idem.Resolver = idemproxy.HoldResolver{}
-		if f.resolver != "" {
-			res = &idemproxy.HTTPResolver{URL: f.resolver}
-		}
-		store, err = openServingStore(ctx, f.dir, f.keys, &idem.Options{Policy: idemproxy.Policy, Resolver: res,
-			Logger: logger, Observer: &decisions, Retention: f.retention})
-		if err != nil {
+		if store, err = f.openProxyStore(ctx, logger); err != nil {
 			return err
 		}
 		defer func() {
@@ -150,7 +125,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "idem proxy: serving http://%s in front of %s (store %s, scope %s)\n", ln.Addr(), f.upstream, store2, f.scope)
 	var adminSrv *http.Server
 	if f.admin != "" && store != nil {
-		if adminSrv, err = serveProxyAdmin(f.admin, store, &decisions, stdout, served); err != nil {
+		if adminSrv, err = serveProxyAdmin(f.admin, store, &f.decisions, stdout, served); err != nil {
 			_ = srv.Close()
 			return err
 		}
@@ -205,14 +180,8 @@ func (f *proxyFlags) options() (*idemproxy.Options, error) {
 			return nil, err
 		}
 	}
-	if f.killAt != "" {
-		point := idemproxy.Point(f.killAt)
-		o.At = func(p idemproxy.Point, _ *http.Request) {
-			if p == point {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // the signal is on its way
-			}
-		}
+	if kill := f.killer(); kill != nil {
+		o.At = func(p idemproxy.Point, _ *http.Request) { kill(p) }
 	}
 	return o, nil
 }

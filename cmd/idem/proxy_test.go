@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -17,31 +16,13 @@ import (
 
 // servedProxy is idem proxy running in-process.
 type servedProxy struct {
-	base  string   // the proxy's address, http://127.0.0.1:PORT
-	lines []string // what it printed to stdout before base and after
-	mu    sync.Mutex
-	log   strings.Builder
-}
-
-// syncWriter is a strings.Builder written by the command's logger while
-// the test reads it.
-type syncWriter struct {
-	mu *sync.Mutex
-	b  *strings.Builder
-}
-
-func (w syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
+	base  string       // the proxy's address, http://127.0.0.1:PORT
+	lines []string     // what it printed to stdout up to base, or to the admin address
+	log   lockedBuffer // its stderr: the log
 }
 
 // logged returns what the proxy logged so far.
-func (sp *servedProxy) logged() string {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	return sp.log.String()
-}
+func (sp *servedProxy) logged() string { return sp.log.String() }
 
 // serveProxy starts idem proxy with args (after the command's name) and
 // stops it when the test ends, checking that it exits 0. It returns once
@@ -60,7 +41,7 @@ func serveCommand(t *testing.T, name string, args ...string) *servedProxy {
 	sp := &servedProxy{}
 	done := make(chan int, 1)
 	go func() {
-		code := run(ctx, append([]string{name}, args...), pw, syncWriter{&sp.mu, &sp.log})
+		code := run(ctx, append([]string{name}, args...), pw, &sp.log)
 		pw.Close()
 		done <- code
 	}()

@@ -2,17 +2,89 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/idemadmin"
+	"github.com/idemkit/idem/idemproxy"
 	"github.com/idemkit/idem/pgstore"
 	"github.com/idemkit/idem/redisstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// serveFlags are the flags both proxies take: the store, the scope, the
+// resolver, encryption keys, the admin listener, retention and shutdown.
+type serveFlags struct {
+	fs                         *flag.FlagSet
+	dir, scope, resolver, keys string
+	admin, killAt              string
+	retention, shutdown        time.Duration
+	decisions                  idemadmin.Decisions // the admin page's recent sweep decisions
+}
+
+// addServeFlags defines the shared flags on fs; scopeUsage is -scope's.
+func (f *serveFlags) addServeFlags(fs *flag.FlagSet, scopeUsage string) {
+	f.fs = fs
+	fs.StringVar(&f.dir, "dir", "", "the store: a `directory`, a redis:// URL or a postgres:// URL, if not given as the first argument")
+	fs.StringVar(&f.scope, "scope", "", scopeUsage)
+	fs.StringVar(&f.resolver, "resolver", "", "`URL` asked about stale claims (docs/proxy.md); without it they are held for an operator")
+	fs.DurationVar(&f.retention, "retention", 0, "how long answers are kept for replay (default the store's, 24h)")
+	fs.StringVar(&f.keys, "keys", "", keysUsage)
+	fs.StringVar(&f.admin, "admin", "", "also serve idemadmin's page and JSON on `host:port`, behind a token printed at start")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long in-flight requests may finish; those left are held for recovery")
+	fs.StringVar(&f.killAt, "kill-at", "", "SIGKILL the process at the first guarded request reaching this point (hidden)")
+}
+
+// parseServe parses args and takes the store directory (optional when
+// dirOptional); it reads $IDEM_KEYS when -keys is not given.
+func (f *serveFlags) parseServe(args []string, dirOptional bool) error {
+	pos, err := parseAnywhere(f.fs, args)
+	if err != nil {
+		return err
+	}
+	if f.dir, _, err = takeDir(f.fs, f.dir, pos, []string{"DIR"}, dirOptional); err != nil {
+		return err
+	}
+	if f.keys == "" {
+		f.keys = os.Getenv(keysEnv)
+	}
+	return nil
+}
+
+// openProxyStore opens the store a proxy serves from: idemproxy.Policy,
+// the -resolver URL's HTTPResolver or else HoldResolver, logger, and the
+// admin page's decisions as its observer.
+func (f *serveFlags) openProxyStore(ctx context.Context, logger *slog.Logger) (*idem.Store, error) {
+	var res idem.Resolver = idemproxy.HoldResolver{}
+	if f.resolver != "" {
+		res = &idemproxy.HTTPResolver{URL: f.resolver}
+	}
+	return openServingStore(ctx, f.dir, f.keys, &idem.Options{Policy: idemproxy.Policy, Resolver: res,
+		Logger: logger, Observer: &f.decisions, Retention: f.retention})
+}
+
+// killer returns the hook -kill-at asks for: it SIGKILLs the process at
+// that point. It returns nil without -kill-at.
+func (f *serveFlags) killer() func(idemproxy.Point) {
+	if f.killAt == "" {
+		return nil
+	}
+	point := idemproxy.Point(f.killAt)
+	return func(p idemproxy.Point) {
+		if p == point {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
 
 // openServingStore opens the store a long-running command (the proxies)
 // serves from, for writing, with the background sweep on: target is a
