@@ -3,13 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/idemhttp"
 )
@@ -19,6 +22,7 @@ type servedProxy struct {
 	base  string       // the proxy's address, http://127.0.0.1:PORT
 	lines []string     // what it printed to stdout up to base, or to the admin address
 	log   lockedBuffer // its stderr: the log
+	stop  func() int   // stops it as SIGINT does and returns its exit status
 }
 
 // logged returns what the proxy logged so far.
@@ -45,9 +49,17 @@ func serveCommand(t *testing.T, name string, args ...string) *servedProxy {
 		pw.Close()
 		done <- code
 	}()
+	var once sync.Once
+	code := 0
+	sp.stop = func() int {
+		once.Do(func() {
+			cancel()
+			code = <-done
+		})
+		return code
+	}
 	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
+		if code := sp.stop(); code != 0 {
 			t.Errorf("idem %s exited %d: %s", name, code, sp.logged())
 		}
 	})
@@ -176,5 +188,46 @@ func TestProxyCommand_Usage(t *testing.T) {
 		if code, _, stderr := runIdem(t, args...); code != 2 {
 			t.Errorf("idem %q: exit %d, want 2\n%s", args, code, stderr)
 		}
+	}
+}
+
+// TestProxyCommand_GracefulStop stops the proxy while a request is at the
+// upstream: the request finishes, its answer is recorded and sent, and the
+// proxy exits 0 once it has.
+func TestProxyCommand_GracefulStop(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "refunded")
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	sp := serveProxy(t, dir, "-listen", "127.0.0.1:0", "-upstream", up.URL, "-scope", "shared")
+	answered := make(chan string, 1)
+	go func() {
+		resp, body := send(t, sp.base+"/refunds", `{}`, "Idempotency-Key", "k-stop")
+		answered <- fmt.Sprint(resp.StatusCode, " ", body)
+	}()
+	<-arrived
+	stopped := make(chan int, 1)
+	go func() { stopped <- sp.stop() }()
+	// The stop waits for the request at the upstream.
+	select {
+	case code := <-stopped:
+		t.Fatalf("the proxy exited %d with a request in flight", code)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if got := <-answered; got != "201 refunded" {
+		t.Fatalf("the request in flight got %q", got)
+	}
+	if code := <-stopped; code != 0 {
+		t.Fatalf("exit %d: %s", code, sp.logged())
+	}
+	// The answer was recorded: the store says so.
+	if out := mustRun(t, "inspect", dir, "k-stop"); !strings.Contains(out, "201") {
+		t.Fatalf("inspect after the stop:\n%s", out)
 	}
 }
