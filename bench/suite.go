@@ -21,7 +21,7 @@ type Suite struct {
 	contenders []Contender
 	// workloads, when not empty, limits the run to these workload groups
 	// ("cycle", "txeffect", "replay", "replay-disk", "hot", "dataset", "sustained",
-	// "fingerprint", "http").
+	// "fingerprint", "http", "proxy").
 	workloads []string
 	tmp       string // every namespace directory lives under it
 	logf      func(format string, args ...any)
@@ -81,6 +81,7 @@ func (s *Suite) Run(ctx context.Context) error {
 		{"sustained", s.sustained},
 		{"fingerprint", s.fingerprints},
 		{"http", s.httpReplays},
+		{"proxy", s.proxyCalls},
 	}
 	for _, st := range steps {
 		if !s.wants(st.group) {

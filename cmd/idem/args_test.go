@@ -192,15 +192,18 @@ func TestRun_Examples(t *testing.T) {
 				"/var/lib/refund-tool/idem.restored", filepath.Join(t.TempDir(), "restored"),
 				"/var/lib/refund-tool/idem", copyDir(t, store),
 				"/backups/idem-2026-12-01.backup", backup,
-				"re_7.json", body)
+				"re_7.json", body,
+				// The proxy listens on free ports.
+				"127.0.0.1:8080", "127.0.0.1:0", "127.0.0.1:8765", "127.0.0.1:0")
 			words := shellWords(r.Replace(ex))
 			if i := slices.IndexFunc(words, func(w string) bool { return w == "|" || w == ">" }); i >= 0 {
 				words = words[:i]
 			}
 			ctx := context.Background()
-			if c.name == "admin" {
+			if c.name == "admin" || c.name == "proxy" || c.name == "mcp-proxy" {
 				// It serves until stopped: stopped at once, once it has
-				// opened the store and listened (TestAdminServe serves).
+				// opened the store and listened (TestAdminServe and
+				// TestProxyCommand and TestMCPProxyCommand_Example serve).
 				stopped, cancel := context.WithCancel(ctx)
 				cancel()
 				ctx = stopped

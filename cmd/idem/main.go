@@ -10,6 +10,8 @@
 //	idem loss DIR [-accept [-window D] | -end]
 //	idem backup [-json] DIR FILE|-
 //	idem restore [-json] FILE|- DIR
+//	idem proxy DIR -upstream URL -scope SCOPE [-listen HOST:PORT] [-resolver URL]
+//	idem mcp-proxy DIR [-listen HOST:PORT] [-scope SCOPE] (-upstream URL | -- COMMAND [ARGS...])
 //
 // A store directory is an argument, or -dir DIR in its place; flags may
 // come before or after the arguments.
@@ -52,6 +54,8 @@ func commands() []command {
 		{name: "rekey", summary: "seal every saved result again under the active key, after a key rotation", run: rekeyCommand},
 		{name: "backup", summary: "write a consistent backup of a store directory to a file", run: backupCommand},
 		{name: "restore", summary: "restore a backup file into an empty directory", run: restoreCommand},
+		{name: "proxy", summary: "serve idem's contract in front of an HTTP tool server written in any language", run: proxyCommand},
+		{name: "mcp-proxy", summary: "serve idem's contract in front of an MCP server (a child over stdio, or streamable HTTP)", run: mcpProxyCommand},
 	}
 }
 
