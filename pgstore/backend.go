@@ -270,15 +270,28 @@ RETURNING {r.cols}`)
 	// its own columns only, as read-first's SELECT (peek) returns it: the
 	// Store reads no counts from Claim, and a replay stays a single-row
 	// SELECT of the records table.
+	//
+	// When the insert claimed the key, the batch's second statement has
+	// nothing to do: mine finds the row holding the token the insert drew
+	// (the session's currval of the sequence, which the insert always
+	// draws), and both the UPDATE and the read are skipped by a one-time
+	// filter. That keeps the fresh key's claim, the cycle of every first
+	// request, at the cost of one primary-key probe, where it otherwise
+	// ran the UPDATE's probe and sent the row back a second time
+	// (docs/pgstore-replay.md, "The cycle's cost").
 	takeOver = r.Replace(`
-WITH claimed AS (` + takeOverUpdate(note) + `
+WITH mine AS (
+	SELECT EXISTS (SELECT FROM {table} WHERE scope = $1 AND key = $2 AND token = currval({seq})) AS m
+), claimed AS (` + strings.Replace(takeOverUpdate(note), "\n\tRETURNING {r.cols}",
+		"\n\t\tAND NOT (SELECT m FROM mine)\n\tRETURNING {r.cols}", 1) + `
 ), forgot AS (
 	DELETE FROM {counts} WHERE scope = $1 AND key = $2 AND EXISTS (SELECT FROM claimed WHERE claims = 1)
 )
 SELECT true, ` + countedColumns("r", "c") + ` FROM claimed AS r
 	LEFT JOIN {counts} AS c ON r.claims > 1 AND c.scope = r.scope AND c.key = r.key AND c.life = r.first_seen
 UNION ALL
-SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`)
+SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)
+	AND NOT (SELECT m FROM mine)`)
 	return insert, takeOver
 }
 
@@ -340,17 +353,27 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 		rec     *backend.Record
 		claimed bool
 	)
-	readFirst := b.mix.readFirst()
+	readFirst, insertFirst := b.mix.readFirst(), b.mix.insertFirst()
 	err := b.run(ctx, "claim", func(ctx context.Context) error {
-		if readFirst {
-			var err error
+		var err error
+		switch {
+		case readFirst:
 			if rec, err = b.read(ctx, scope, key, a.Now, a.Brief); err != nil || rec != nil {
 				return err
 			}
+		case insertFirst:
+			if rec, err = scanRecord(b.pool.QueryRow(ctx, insert, args...)); err == nil {
+				claimed = true
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			// The key exists: the batch decides (its insert conflicts
+			// again, harmlessly).
 		}
 		for round := 0; ; round++ {
 			var settled bool
-			var err error
 			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now)
 			if err != nil || settled {
 				return err
@@ -407,17 +430,24 @@ func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, br
 // INSERT that conflicts and an UPDATE that matches nothing before its
 // read, while a claim of a fresh key pays a round trip more. The measured
 // costs behind the threshold are in docs/pgstore-replay.md.
+//
+// Claim sends its INSERT alone when almost every recent claim claimed:
+// a fresh key's claim is then one statement, the INSERT a bare pgx client
+// sends, and a key that exists pays a round trip more (the batch follows).
 const (
-	mixScale      = 1 << 10 // claimMix.share's unit: 1/mixScale
-	mixWeight     = 16      // each answer moves the share by 1/mixWeight of the way
-	readFirstFrom = mixScale * 3 / 4
+	mixScale        = 1 << 10 // claimMix.share's unit: 1/mixScale
+	mixWeight       = 16      // each answer moves the share by 1/mixWeight of the way
+	readFirstFrom   = mixScale * 3 / 4
+	insertFirstUpTo = mixScale / 16
 )
 
-// Read-first modes (claimMix.mode): automatic, or fixed by a test.
+// Claim's modes (claimMix.mode): automatic, or fixed by a test: the
+// batch alone, a SELECT first, the INSERT first.
 const (
 	readFirstAuto = iota
 	readFirstNever
 	readFirstAlways
+	insertFirstAlways
 )
 
 // claimMix is how Claim chooses its path: a moving share of the recent
@@ -435,6 +465,16 @@ func (m *claimMix) readFirst() bool {
 		return true
 	}
 	return m.share.Load() >= readFirstFrom
+}
+
+func (m *claimMix) insertFirst() bool {
+	switch m.mode {
+	case readFirstNever, readFirstAlways:
+		return false
+	case insertFirstAlways:
+		return true
+	}
+	return m.share.Load() <= insertFirstUpTo
 }
 
 // note counts one answer. Concurrent notes may overwrite each other: the

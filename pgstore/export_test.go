@@ -8,10 +8,11 @@ import (
 )
 
 // SetReadFirst fixes how Claim chooses its path: "auto" (the default),
-// "never" (always the insert-and-take-over batch) or "always" (a SELECT
-// first). For tests and benchmarks.
+// "never" (always the insert-and-take-over batch), "always" (a SELECT
+// first) or "insert" (the INSERT alone first). For tests and benchmarks.
 func SetReadFirst(b *Backend, mode string) {
-	b.mix.mode = map[string]int{"auto": readFirstAuto, "never": readFirstNever, "always": readFirstAlways}[mode]
+	b.mix.mode = map[string]int{"auto": readFirstAuto, "never": readFirstNever, "always": readFirstAlways,
+		"insert": insertFirstAlways}[mode]
 }
 
 // ReadsFirst reports whether b's next Claim reads first.

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -52,6 +53,11 @@ type Options struct {
 	NoSync bool
 	// DirPrefix names the temporary directory; "pgtest-" if empty.
 	DirPrefix string
+	// Upstream is the host:port a standby made by StartStandby copies and
+	// streams its WAL from, in place of the primary's own address: a proxy
+	// in front of the primary, which delays or cuts the replication
+	// traffic. Start ignores it.
+	Upstream string
 }
 
 // Cluster is a running throwaway cluster.
@@ -206,7 +212,14 @@ func (c *Cluster) StartStandby(ctx context.Context, opts *Options) (*Cluster, er
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	args := []string{"-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(c.srv.port), "-U", "postgres",
+	host, port := "127.0.0.1", strconv.Itoa(c.srv.port)
+	if o.Upstream != "" {
+		if host, port, err = net.SplitHostPort(o.Upstream); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgtest: Upstream %q: %w", o.Upstream, err)
+		}
+	}
+	args := []string{"-D", data, "-h", host, "-p", port, "-U", "postgres",
 		"-X", "stream", "-R", "-c", "fast"}
 	if o.NoSync {
 		args = append(args, "--no-sync")
