@@ -315,3 +315,41 @@ func BenchmarkBackendCycle(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBarePgxNarrow is the bench module's pgx-2w peer: the two
+// durable writes on a table of six columns with its primary key alone,
+// whose UPDATE is heap-only. Against BenchmarkBarePgx it shows what the
+// records table's width and its stale and expiry indexes cost a cycle.
+func BenchmarkBarePgxNarrow(b *testing.B) {
+	for _, g := range benchGoroutines {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			p, sent := newCountedPool(b, int32(max(g, 4)))
+			table := pgx.Identifier{server.schema, uniqueTable("narrow")}.Sanitize()
+			if _, err := p.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, state smallint NOT NULL,
+	fp text NOT NULL, lease_ends bigint NOT NULL, expires_at bigint NOT NULL, result bytea)`); err != nil {
+				b.Fatal(err)
+			}
+			warm(b, p, g)
+			prefix := keyPrefix()
+			var n atomic.Int64
+			defer costs(b, p, sent)()
+			runGoroutines(b, g, func() error {
+				key := prefix + strconv.FormatInt(n.Add(1), 10)
+				var state int16
+				err := p.QueryRow(ctx, `INSERT INTO `+table+` (key, state, fp, lease_ends, expires_at)
+VALUES ($1, 1, $2, $3, 0) ON CONFLICT (key) DO NOTHING RETURNING state`,
+					key, "sha256:0123456789abcdef", time.Now().Add(idem.DefaultLease).UnixNano()).Scan(&state)
+				if err != nil {
+					return err
+				}
+				res, err := msgpack.Marshal(&benchResult)
+				if err != nil {
+					return err
+				}
+				_, err = p.Exec(ctx, `UPDATE `+table+` SET state = 2, result = $1, expires_at = $2 WHERE key = $3 AND state = 1`,
+					res, time.Now().Add(idem.DefaultRetention).UnixNano(), key)
+				return err
+			})
+		})
+	}
+}

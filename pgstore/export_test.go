@@ -15,6 +15,9 @@ func SetReadFirst(b *Backend, mode string) {
 		"insert": insertFirstAlways}[mode]
 }
 
+// InsertsFirst reports whether b's next Claim sends its INSERT alone.
+func InsertsFirst(b *Backend) bool { return b.mix.insertFirst() }
+
 // ReadsFirst reports whether b's next Claim reads first.
 func ReadsFirst(b *Backend) bool { return b.mix.readFirst() }
 
