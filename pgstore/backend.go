@@ -235,7 +235,10 @@ func claimQueries(r *strings.Replacer, note string) (insert, takeOver string) {
 	// locks a row that exists: the statement that follows deals with it.
 	// A conflict still draws a token from the sequence; the gap is
 	// harmless. The token is drawn once, for the token column and the
-	// first attempt.
+	// first attempt. It returns the token alone: the rest of the row is
+	// what Claim sent, and Claim builds the record from it (fresh), so
+	// that the claim of every first request neither sends the row back
+	// nor decodes it.
 	insert = r.Replace(`
 INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
 SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8,
@@ -243,7 +246,7 @@ SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {ze
 	'', {zero}
 FROM (SELECT nextval({seq}) AS tok) AS n
 ON CONFLICT (scope, key) DO NOTHING
-RETURNING {r.cols}`)
+RETURNING token`)
 
 	// takeOver claims a released key, or an expired done one, and
 	// otherwise reads the stored row. The UPDATE is atomic: under READ
@@ -345,10 +348,11 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 	}
 	args := []any{scope, key, int16(backend.Format), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
 		int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
-	insert, takeOver := b.q.insert, b.q.takeOver
+	insert, takeOver, note := b.q.insert, b.q.takeOver, ""
 	if txMarked(ctx, scope, key) {
-		insert, takeOver = b.q.insertTx, b.q.takeOverTx
+		insert, takeOver, note = b.q.insertTx, b.q.takeOverTx, txNote
 	}
+	fresh := func(token int64) *backend.Record { return freshRecord(scope, key, a, token, note) }
 	var (
 		rec     *backend.Record
 		claimed bool
@@ -362,8 +366,9 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 				return err
 			}
 		case insertFirst:
-			if rec, err = scanRecord(b.pool.QueryRow(ctx, insert, args...)); err == nil {
-				claimed = true
+			var token int64
+			if err = b.pool.QueryRow(ctx, insert, args...).Scan(&token); err == nil {
+				rec, claimed = fresh(token), true
 				return nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
@@ -374,7 +379,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 		}
 		for round := 0; ; round++ {
 			var settled bool
-			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now)
+			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now, fresh)
 			if err != nil || settled {
 				return err
 			}
@@ -487,9 +492,33 @@ func (m *claimMix) note(taken bool) {
 	m.share.Store(s + (target-s)/mixWeight)
 }
 
-// claimOnce sends one claim batch. settled is false when the row it read was
-// claimable or gone by the time it read it: the caller tries again.
-func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time) (rec *backend.Record, claimed, settled bool, err error) {
+// freshRecord is the record Claim's insert wrote for a, with token: what
+// reading the row back would decode (times through their stored form).
+func freshRecord(scope, key string, a backend.ClaimArgs, token int64, note string) *backend.Record {
+	now := decodeTime(encodeTime(a.Now))
+	owner := text(a.Owner)
+	return &backend.Record{
+		Format:      backend.Format,
+		Scope:       scope,
+		Key:         key,
+		State:       backend.StateInProgress,
+		Fingerprint: a.Fingerprint,
+		Token:       uint64(token),
+		LeaseEnds:   decodeTime(encodeTime(a.LeaseEnds)),
+		Retention:   a.Retention,
+		FirstSeen:   now,
+		ClaimedAt:   now,
+		Claims:      1,
+		Owner:       owner,
+		Attempts:    []backend.Attempt{{Token: uint64(token), ClaimedAt: now, Owner: owner, Reason: note}},
+	}
+}
+
+// claimOnce sends one claim batch; fresh builds the record of a claim its
+// insert made. settled is false when the row it read was claimable or gone
+// by the time it read it: the caller tries again.
+func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time,
+	fresh func(token int64) *backend.Record) (rec *backend.Record, claimed, settled bool, err error) {
 	batch := &pgx.Batch{}
 	batch.Queue(insert, args...)
 	batch.Queue(takeOver, args...)
@@ -502,10 +531,11 @@ func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args [
 		}
 	}()
 
-	inserted, err := scanRecord(br.QueryRow())
+	var token int64
+	err = br.QueryRow().Scan(&token)
 	switch {
 	case err == nil:
-		return inserted, true, true, nil
+		return fresh(token), true, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, false, false, err
 	}

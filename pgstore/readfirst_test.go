@@ -109,6 +109,21 @@ func TestClaim_InsertFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, claimed)
 	require.Len(t, rec.Attempts, 1)
+	// The INSERT returns the token alone; the record Claim builds is the
+	// row as read back, on both paths.
+	stored, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, stored, rec)
+	batch := newBackend(t, pool(t), &pgstore.Options{Table: tableName(b)})
+	t.Cleanup(func() { _ = batch.Close() })
+	pgstore.SetReadFirst(batch, "never")
+	viaBatch, claimed, err := batch.Claim(ctx, "s", "k2", claimArgs("fp", epoch))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	stored, err = b.Get(ctx, "s", "k2")
+	require.NoError(t, err)
+	require.Equal(t, stored, viaBatch)
+
 	open, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch))
 	require.NoError(t, err)
 	require.False(t, claimed)
