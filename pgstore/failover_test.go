@@ -158,7 +158,23 @@ func runFailover(t *testing.T, syncStandby bool, lag, run time.Duration) failove
 	}
 
 	led := &failoverLedger{fresh: map[string]int{}, done: map[string]idem.Result{}, acked: map[string]idem.Result{}, runs: map[string]int{}}
-	if !syncStandby {
+	if syncStandby {
+		// A session that lowers synchronous_commit for itself is refused.
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "local"
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = pgstore.New(ctx, p, &pgstore.Options{Schema: schema, FailoverSafe: true})
+		p.Close()
+		if !errors.Is(err, pgstore.ErrNotFailoverSafe) || !strings.Contains(err.Error(), "synchronous_commit local") {
+			t.Fatalf("New with FailoverSafe in sessions with synchronous_commit local: %v, want ErrNotFailoverSafe naming it", err)
+		}
+	} else {
 		// The check refuses an asynchronous primary.
 		p := failoverPool(t, url)
 		_, err := pgstore.New(ctx, p, &pgstore.Options{Schema: schema, FailoverSafe: true})
