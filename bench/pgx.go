@@ -30,12 +30,40 @@ func pgxContender(srv *Servers) Contender {
 	return c
 }
 
+// pgxWritesContender returns the bare pgx peer that claims with its write
+// alone: the claim+complete cycle is exactly two durable statements, an
+// INSERT and an UPDATE, the floor pgstore's cycle is judged against.
+func pgxWritesContender(srv *Servers) Contender {
+	c := Contender{
+		Name: pgxWrites, Kind: "peer", Durable: true,
+		Config: "as pgx, but Begin claims first: INSERT ... ON CONFLICT (key) DO NOTHING RETURNING, and reads " +
+			"the row only when the key exists; a cycle on a fresh key is two statements, two durable writes",
+	}
+	if srv.PGURL == "" {
+		c.Skip = srv.PGNote
+		return c
+	}
+	c.Open = func(ctx context.Context, ns string) (Store, error) {
+		s, err := openPgx(ctx, srv.PGURL, pgx.Identifier{srv.PGSchema, tableFor("w", ns)})
+		if s != nil {
+			s.writeFirst = true
+		}
+		return s, err
+	}
+	return c
+}
+
+// pgxWrites names the contender of pgxWritesContender.
+const pgxWrites = "pgx-2w"
+
 // pgxStore is the raw pgx peer.
 type pgxStore struct {
-	pool  *pgxpool.Pool
-	url   string
-	ident pgx.Identifier
-	table string // quoted and qualified
+	// writeFirst makes Begin try the INSERT before the SELECT.
+	writeFirst bool
+	pool       *pgxpool.Pool
+	url        string
+	ident      pgx.Identifier
+	table      string // quoted and qualified
 }
 
 func openPgx(ctx context.Context, url string, ident pgx.Identifier) (*pgxStore, error) {
@@ -61,6 +89,17 @@ func openPgx(ctx context.Context, url string, ident pgx.Identifier) (*pgxStore, 
 
 // Begin implements Claimer.
 func (s *pgxStore) Begin(ctx context.Context, key, fp string) (Attempt, error) {
+	if s.writeFirst {
+		var state int16
+		err := s.pool.QueryRow(ctx, `INSERT INTO `+s.table+` (key, state, fp, lease_ends, expires_at)
+VALUES ($1, 1, $2, $3, 0) ON CONFLICT (key) DO NOTHING RETURNING state`, key, fp, time.Now().Add(lease).UnixNano()).Scan(&state)
+		switch {
+		case err == nil:
+			return Attempt{Outcome: Claimed}, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return Attempt{}, err
+		}
+	}
 	for range 2 {
 		var r record
 		err := s.pool.QueryRow(ctx, `SELECT state, fp, result FROM `+s.table+` WHERE key = $1`, key).Scan(&r.State, &r.FP, &r.Result)

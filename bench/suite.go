@@ -51,7 +51,7 @@ func allContenders(srv *Servers) []Contender {
 	cs = append(cs, sqliteContenders()...)
 	cs = append(cs, bboltContenders()...)
 	cs = append(cs, memoryContender())
-	cs = append(cs, pgxContender(srv))
+	cs = append(cs, pgxContender(srv), pgxWritesContender(srv))
 	cs = append(cs, redisContenders(srv)...)
 	cs = append(cs, fsyncContender(), directContender(), twoWritesContender())
 	return cs

@@ -81,6 +81,14 @@ func (r *Results) judgeTargets() {
 			r.find(w, "idem-pg"+uncachedSuffix), r.find(w, "pgx"), 1, "replays/s")
 	}
 
+	// pgstore's first request at the server's speed: a claim and a
+	// completion against the bare pgx peer sending the same two durable
+	// writes and nothing else.
+	for _, w := range []string{"cycle-1", "cycle-32"} {
+		r.atLeast("cycle-pg", fmt.Sprintf("pgstore claim+complete (%s): ≥ 0.9× bare pgx's two durable writes", w),
+			r.find(w, "idem-pg"), r.find(w, pgxWrites), 0.9, "cycles/s")
+	}
+
 	// An effect in the records' database costs less with DoTx (the effect
 	// and the completion in one transaction) than with Do and a separate
 	// INSERT.

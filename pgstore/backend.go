@@ -235,7 +235,10 @@ func claimQueries(r *strings.Replacer, note string) (insert, takeOver string) {
 	// locks a row that exists: the statement that follows deals with it.
 	// A conflict still draws a token from the sequence; the gap is
 	// harmless. The token is drawn once, for the token column and the
-	// first attempt.
+	// first attempt. It returns the token alone: the rest of the row is
+	// what Claim sent, and Claim builds the record from it (fresh), so
+	// that the claim of every first request neither sends the row back
+	// nor decodes it.
 	insert = r.Replace(`
 INSERT INTO {table} AS r (` + recordColumns + `, sweeper, sweep_until)
 SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {zero}, false, '', $8,
@@ -243,7 +246,7 @@ SELECT $1, $2, $3, 1, $4, n.tok, $5, {zero}, $6, NULL, $7, $7, {zero}, 1, 0, {ze
 	'', {zero}
 FROM (SELECT nextval({seq}) AS tok) AS n
 ON CONFLICT (scope, key) DO NOTHING
-RETURNING {r.cols}`)
+RETURNING token`)
 
 	// takeOver claims a released key, or an expired done one, and
 	// otherwise reads the stored row. The UPDATE is atomic: under READ
@@ -270,15 +273,28 @@ RETURNING {r.cols}`)
 	// its own columns only, as read-first's SELECT (peek) returns it: the
 	// Store reads no counts from Claim, and a replay stays a single-row
 	// SELECT of the records table.
+	//
+	// When the insert claimed the key, the batch's second statement has
+	// nothing to do: mine finds the row holding the token the insert drew
+	// (the session's currval of the sequence, which the insert always
+	// draws), and both the UPDATE and the read are skipped by a one-time
+	// filter. That keeps the fresh key's claim, the cycle of every first
+	// request, at the cost of one primary-key probe, where it otherwise
+	// ran the UPDATE's probe and sent the row back a second time
+	// (docs/pgstore-replay.md, "The cycle's cost").
 	takeOver = r.Replace(`
-WITH claimed AS (` + takeOverUpdate(note) + `
+WITH mine AS (
+	SELECT EXISTS (SELECT FROM {table} WHERE scope = $1 AND key = $2 AND token = currval({seq})) AS m
+), claimed AS (` + strings.Replace(takeOverUpdate(note), "\n\tRETURNING {r.cols}",
+		"\n\t\tAND NOT (SELECT m FROM mine)\n\tRETURNING {r.cols}", 1) + `
 ), forgot AS (
 	DELETE FROM {counts} WHERE scope = $1 AND key = $2 AND EXISTS (SELECT FROM claimed WHERE claims = 1)
 )
 SELECT true, ` + countedColumns("r", "c") + ` FROM claimed AS r
 	LEFT JOIN {counts} AS c ON r.claims > 1 AND c.scope = r.scope AND c.key = r.key AND c.life = r.first_seen
 UNION ALL
-SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)`)
+SELECT false, {cols} FROM {table} WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT FROM claimed)
+	AND NOT (SELECT m FROM mine)`)
 	return insert, takeOver
 }
 
@@ -332,26 +348,38 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 	}
 	args := []any{scope, key, int16(backend.Format), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
 		int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
-	insert, takeOver := b.q.insert, b.q.takeOver
+	insert, takeOver, note := b.q.insert, b.q.takeOver, ""
 	if txMarked(ctx, scope, key) {
-		insert, takeOver = b.q.insertTx, b.q.takeOverTx
+		insert, takeOver, note = b.q.insertTx, b.q.takeOverTx, txNote
 	}
+	fresh := func(token int64) *backend.Record { return freshRecord(scope, key, a, token, note) }
 	var (
 		rec     *backend.Record
 		claimed bool
 	)
-	readFirst := b.mix.readFirst()
+	readFirst, insertFirst := b.mix.readFirst(), b.mix.insertFirst()
 	err := b.run(ctx, "claim", func(ctx context.Context) error {
-		if readFirst {
-			var err error
+		var err error
+		switch {
+		case readFirst:
 			if rec, err = b.read(ctx, scope, key, a.Now, a.Brief); err != nil || rec != nil {
 				return err
 			}
+		case insertFirst:
+			var token int64
+			if err = b.pool.QueryRow(ctx, insert, args...).Scan(&token); err == nil {
+				rec, claimed = fresh(token), true
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			// The key exists: the batch decides (its insert conflicts
+			// again, harmlessly).
 		}
 		for round := 0; ; round++ {
 			var settled bool
-			var err error
-			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now)
+			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now, fresh)
 			if err != nil || settled {
 				return err
 			}
@@ -407,17 +435,24 @@ func (b *Backend) read(ctx context.Context, scope, key string, now time.Time, br
 // INSERT that conflicts and an UPDATE that matches nothing before its
 // read, while a claim of a fresh key pays a round trip more. The measured
 // costs behind the threshold are in docs/pgstore-replay.md.
+//
+// Claim sends its INSERT alone when almost every recent claim claimed:
+// a fresh key's claim is then one statement, the INSERT a bare pgx client
+// sends, and a key that exists pays a round trip more (the batch follows).
 const (
-	mixScale      = 1 << 10 // claimMix.share's unit: 1/mixScale
-	mixWeight     = 16      // each answer moves the share by 1/mixWeight of the way
-	readFirstFrom = mixScale * 3 / 4
+	mixScale        = 1 << 10 // claimMix.share's unit: 1/mixScale
+	mixWeight       = 16      // each answer moves the share by 1/mixWeight of the way
+	readFirstFrom   = mixScale * 3 / 4
+	insertFirstUpTo = mixScale / 16
 )
 
-// Read-first modes (claimMix.mode): automatic, or fixed by a test.
+// Claim's modes (claimMix.mode): automatic, or fixed by a test: the
+// batch alone, a SELECT first, the INSERT first.
 const (
 	readFirstAuto = iota
 	readFirstNever
 	readFirstAlways
+	insertFirstAlways
 )
 
 // claimMix is how Claim chooses its path: a moving share of the recent
@@ -437,6 +472,16 @@ func (m *claimMix) readFirst() bool {
 	return m.share.Load() >= readFirstFrom
 }
 
+func (m *claimMix) insertFirst() bool {
+	switch m.mode {
+	case readFirstNever, readFirstAlways:
+		return false
+	case insertFirstAlways:
+		return true
+	}
+	return m.share.Load() <= insertFirstUpTo
+}
+
 // note counts one answer. Concurrent notes may overwrite each other: the
 // share is an estimate, and a lost step changes it by 1/mixWeight at most.
 func (m *claimMix) note(taken bool) {
@@ -447,9 +492,33 @@ func (m *claimMix) note(taken bool) {
 	m.share.Store(s + (target-s)/mixWeight)
 }
 
-// claimOnce sends one claim batch. settled is false when the row it read was
-// claimable or gone by the time it read it: the caller tries again.
-func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time) (rec *backend.Record, claimed, settled bool, err error) {
+// freshRecord is the record Claim's insert wrote for a, with token: what
+// reading the row back would decode (times through their stored form).
+func freshRecord(scope, key string, a backend.ClaimArgs, token int64, note string) *backend.Record {
+	now := decodeTime(encodeTime(a.Now))
+	owner := text(a.Owner)
+	return &backend.Record{
+		Format:      backend.Format,
+		Scope:       scope,
+		Key:         key,
+		State:       backend.StateInProgress,
+		Fingerprint: a.Fingerprint,
+		Token:       uint64(token),
+		LeaseEnds:   decodeTime(encodeTime(a.LeaseEnds)),
+		Retention:   a.Retention,
+		FirstSeen:   now,
+		ClaimedAt:   now,
+		Claims:      1,
+		Owner:       owner,
+		Attempts:    []backend.Attempt{{Token: uint64(token), ClaimedAt: now, Owner: owner, Reason: note}},
+	}
+}
+
+// claimOnce sends one claim batch; fresh builds the record of a claim its
+// insert made. settled is false when the row it read was claimable or gone
+// by the time it read it: the caller tries again.
+func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args []any, now time.Time,
+	fresh func(token int64) *backend.Record) (rec *backend.Record, claimed, settled bool, err error) {
 	batch := &pgx.Batch{}
 	batch.Queue(insert, args...)
 	batch.Queue(takeOver, args...)
@@ -462,10 +531,11 @@ func (b *Backend) claimOnce(ctx context.Context, insert, takeOver string, args [
 		}
 	}()
 
-	inserted, err := scanRecord(br.QueryRow())
+	var token int64
+	err = br.QueryRow().Scan(&token)
 	switch {
 	case err == nil:
-		return inserted, true, true, nil
+		return fresh(token), true, true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, false, false, err
 	}

@@ -677,3 +677,15 @@ func TestBackend_ConnectionLoss_Unavailable(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, claimed)
 }
+
+// FailoverSafe refuses a primary without a synchronous standby, naming the
+// setting, and opens nothing; without it New opens on the same server.
+func TestNew_FailoverSafe_RefusesAnAsynchronousPrimary(t *testing.T) {
+	p := pool(t)
+	_, err := pgstore.New(ctx, p, &pgstore.Options{Schema: server.schema, Table: uniqueTable("fs"), FailoverSafe: true})
+	require.ErrorIs(t, err, pgstore.ErrNotFailoverSafe)
+	require.Contains(t, err.Error(), "synchronous_standby_names")
+	b, err := pgstore.New(ctx, p, &pgstore.Options{Schema: server.schema, Table: uniqueTable("fs")})
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+}

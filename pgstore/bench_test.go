@@ -1,14 +1,18 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,12 +85,13 @@ var benchResult = idem.Result{Status: 200, Header: map[string][]string{"Content-
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, g := range benchGoroutines {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			p := newPool(b, int32(max(g, 4)))
+			p, sent := newCountedPool(b, int32(max(g, 4)))
 			s := idem.New(newBackend(b, p, nil), &idem.Options{SweepInterval: -1})
 			defer s.Close()
 			warm(b, p, g)
 			prefix := keyPrefix()
 			var n atomic.Int64
+			defer costs(b, p, sent)()
 			runGoroutines(b, g, func() error {
 				key := prefix + strconv.FormatInt(n.Add(1), 10)
 				c, _, err := s.Begin(ctx, idem.Request{Scope: "bench", Key: key, Fingerprint: "sha256:0123456789abcdef"})
@@ -102,7 +107,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkBarePgx(b *testing.B) {
 	for _, g := range benchGoroutines {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
-			p := newPool(b, int32(max(g, 4)))
+			p, sent := newCountedPool(b, int32(max(g, 4)))
 			be := newBackend(b, p, nil) // the same table, indexes and sequence
 			warm(b, p, g)
 			seq := pgx.Identifier{server.schema, tableName(be) + "_token"}.Sanitize()
@@ -122,6 +127,7 @@ RETURNING token`
 WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`
 			prefix := keyPrefix()
 			var n atomic.Int64
+			defer costs(b, p, sent)()
 			runGoroutines(b, g, func() error {
 				key := prefix + strconv.FormatInt(n.Add(1), 10)
 				now := time.Now()
@@ -147,6 +153,60 @@ WHERE scope = $1 AND key = $2 AND state = 1 AND token = $3`
 			})
 		})
 	}
+}
+
+// costs starts counting what the pool sends (each query or batch a round
+// trip) and the WAL the server writes; the function it returns reports
+// both per operation. The WAL is the server's, every session's: run one
+// benchmark at a time.
+func costs(b *testing.B, p *pgxpool.Pool, sent *sendCounter) func() {
+	wal0 := walBytes(b, p)
+	server0, client0 := serverCPU(b, p), clientCPU()
+	sent.sends.Store(0)
+	return func() {
+		b.ReportMetric(float64(sent.sends.Load())/float64(b.N), "sends/op")
+		b.ReportMetric(float64(walBytes(b, p)-wal0)/float64(b.N), "WAL-B/op")
+		if server0 >= 0 {
+			b.ReportMetric(float64(serverCPU(b, p)-server0)/1e3/float64(b.N), "server-CPU-us/op")
+		}
+		b.ReportMetric(float64(clientCPU()-client0)/1e3/float64(b.N), "client-CPU-us/op")
+	}
+}
+
+// serverCPU returns the CPU time, in nanoseconds, the server's processes
+// have used (those pg_stat_activity lists, read from /proc: the server
+// must run on this machine, as the tests' own cluster does), or -1 where
+// it cannot be read. Unlike wall-clock time it hardly depends on what else
+// the machine runs.
+func serverCPU(b *testing.B, p *pgxpool.Pool) int64 {
+	rows, err := p.Query(ctx, "SELECT pid FROM pg_stat_activity")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return -1
+		}
+		// Fields 14 and 15 (utime, stime) follow the command in parentheses.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += (ut + st) * int64(time.Second) / 100 // USER_HZ
+	}
+	return total
+}
+
+// clientCPU returns the CPU time, in nanoseconds, this process has used.
+func clientCPU() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkClaimPath measures Backend.Claim itself on its two paths
@@ -224,5 +284,72 @@ func BenchmarkClaimPath(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkBackendCycle is BenchmarkClaimComplete without the Store: a
+// Backend's Claim and Complete, so that the Store's share of a cycle is
+// known.
+func BenchmarkBackendCycle(b *testing.B) {
+	for _, g := range benchGoroutines {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			p, sent := newCountedPool(b, int32(max(g, 4)))
+			be := newBackend(b, p, nil)
+			defer be.Close()
+			warm(b, p, g)
+			prefix := keyPrefix()
+			var n atomic.Int64
+			defer costs(b, p, sent)()
+			runGoroutines(b, g, func() error {
+				key := prefix + strconv.FormatInt(n.Add(1), 10)
+				now := time.Now()
+				rec, _, err := be.Claim(ctx, "bench", key, backend.ClaimArgs{Fingerprint: "sha256:0123456789abcdef", Now: now,
+					LeaseEnds: now.Add(idem.DefaultLease), Retention: idem.DefaultRetention, Owner: "bench"})
+				if err != nil {
+					return err
+				}
+				now = time.Now()
+				return be.Complete(ctx, "bench", key, rec.Token, backend.Completion{Result: benchResult,
+					At: now, ExpiresAt: now.Add(idem.DefaultRetention)})
+			})
+		})
+	}
+}
+
+// BenchmarkBarePgxNarrow is the bench module's pgx-2w peer: the two
+// durable writes on a table of six columns with its primary key alone,
+// whose UPDATE is heap-only. Against BenchmarkBarePgx it shows what the
+// records table's width and its stale and expiry indexes cost a cycle.
+func BenchmarkBarePgxNarrow(b *testing.B) {
+	for _, g := range benchGoroutines {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			p, sent := newCountedPool(b, int32(max(g, 4)))
+			table := pgx.Identifier{server.schema, uniqueTable("narrow")}.Sanitize()
+			if _, err := p.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, state smallint NOT NULL,
+	fp text NOT NULL, lease_ends bigint NOT NULL, expires_at bigint NOT NULL, result bytea)`); err != nil {
+				b.Fatal(err)
+			}
+			warm(b, p, g)
+			prefix := keyPrefix()
+			var n atomic.Int64
+			defer costs(b, p, sent)()
+			runGoroutines(b, g, func() error {
+				key := prefix + strconv.FormatInt(n.Add(1), 10)
+				var state int16
+				err := p.QueryRow(ctx, `INSERT INTO `+table+` (key, state, fp, lease_ends, expires_at)
+VALUES ($1, 1, $2, $3, 0) ON CONFLICT (key) DO NOTHING RETURNING state`,
+					key, "sha256:0123456789abcdef", time.Now().Add(idem.DefaultLease).UnixNano()).Scan(&state)
+				if err != nil {
+					return err
+				}
+				res, err := msgpack.Marshal(&benchResult)
+				if err != nil {
+					return err
+				}
+				_, err = p.Exec(ctx, `UPDATE `+table+` SET state = 2, result = $1, expires_at = $2 WHERE key = $3 AND state = 1`,
+					res, time.Now().Add(idem.DefaultRetention).UnixNano(), key)
+				return err
+			})
+		})
 	}
 }

@@ -24,11 +24,14 @@
 // counts, starting an expired one afresh). Both are single atomic
 // statements, so of any number of claimers of one key, in any number of
 // processes, exactly one wins under READ COMMITTED; the others read the
-// winner's row. Tokens come from a PostgreSQL sequence and never repeat.
+// winner's row. Tokens come from a PostgreSQL sequence and never repeat on
+// a server, nor through a failover to a synchronous standby (see Caveats).
 // When most of a Backend's recent claims found their key taken (replays of
 // done keys, retries of held ones), Claim reads first: one plain SELECT
 // answers a done or held key, and only an absent, released or expired one
-// goes on to the batch, a round trip more (see docs/pgstore-replay.md).
+// goes on to the batch, a round trip more; when almost all claimed, it
+// sends the INSERT alone, the batch following only for a key that exists
+// (see docs/pgstore-replay.md).
 //
 // Complete, Release, Extend and Defer are fenced: one UPDATE whose WHERE
 // clause names the key, the in-progress state and the token, so a holder
@@ -145,6 +148,14 @@
 // wording, which the Store chooses) is stored as text: invalid UTF-8 in it is replaced and NUL bytes are dropped.
 // Fingerprints and results are stored as bytes and come back exactly.
 // Times before the year 1678 or after 2262 are clamped to that range.
+//
+// A failover to an asynchronous standby loses what the standby had not
+// received: acknowledged results (their effects run again on retry), and
+// the sequence's latest values, which the promoted server can hand out
+// again. A holder of a claim so lost, still running, could then pass the
+// fence of a new claim of the same key that drew the same token. A
+// synchronous standby (Options.FailoverSafe, docs/pgstore.md "Failover")
+// has every acknowledged claim's token before the claim is acknowledged.
 //
 // Durability is PostgreSQL's: with synchronous_commit on (the default) a
 // claim and a result are on disk (and on synchronous standbys) before they

@@ -110,6 +110,11 @@ var (
 	// write to them.
 	ErrSchemaVersion = errors.New("pgstore: schema version is newer than this release")
 
+	// ErrNotFailoverSafe is returned by New with Options.FailoverSafe when
+	// the server can acknowledge a commit before a synchronous standby has
+	// it (or is itself a standby); the error names the setting.
+	ErrNotFailoverSafe = errors.New("pgstore: the server acknowledges commits before a standby has them")
+
 	// ErrTxOwned is returned by Commit and Rollback of the transaction idem.DoTx
 	// gives its effect: DoTx ends it, with the completion, and nothing else may.
 	ErrTxOwned = errors.New("pgstore: DoTx's transaction is committed or rolled back by DoTx, not by fn")

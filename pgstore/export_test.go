@@ -8,11 +8,15 @@ import (
 )
 
 // SetReadFirst fixes how Claim chooses its path: "auto" (the default),
-// "never" (always the insert-and-take-over batch) or "always" (a SELECT
-// first). For tests and benchmarks.
+// "never" (always the insert-and-take-over batch), "always" (a SELECT
+// first) or "insert" (the INSERT alone first). For tests and benchmarks.
 func SetReadFirst(b *Backend, mode string) {
-	b.mix.mode = map[string]int{"auto": readFirstAuto, "never": readFirstNever, "always": readFirstAlways}[mode]
+	b.mix.mode = map[string]int{"auto": readFirstAuto, "never": readFirstNever, "always": readFirstAlways,
+		"insert": insertFirstAlways}[mode]
 }
+
+// InsertsFirst reports whether b's next Claim sends its INSERT alone.
+func InsertsFirst(b *Backend) bool { return b.mix.insertFirst() }
 
 // ReadsFirst reports whether b's next Claim reads first.
 func ReadsFirst(b *Backend) bool { return b.mix.readFirst() }

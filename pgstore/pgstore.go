@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,17 @@ type Options struct {
 	// instance's. A fenced write on the claim ends the hand-out early.
 	// Default 30 seconds.
 	HandOut time.Duration
+
+	// FailoverSafe makes New refuse a server whose commits can be
+	// acknowledged before a standby has them, with an error wrapping
+	// ErrNotFailoverSafe that names the setting: it asks for a non-empty
+	// synchronous_standby_names and synchronous_commit on or remote_apply
+	// in the pool's sessions, so that a result the Store acknowledged
+	// survives the promotion of a standby (docs/pgstore.md, "Failover").
+	// Default false: New opens on any primary, and an asynchronous standby
+	// promoted after the primary died may lack the latest acknowledged
+	// results, whose effects then run again.
+	FailoverSafe bool
 }
 
 // Backend is an backend.Backend storing records in a PostgreSQL table. It is
@@ -124,12 +136,42 @@ func open(ctx context.Context, pool *pgxpool.Pool, opts *Options, upTo int) (*Ba
 	_, _ = rand.Read(id[:])
 	b.id = hex.EncodeToString(id[:])
 
+	if o.FailoverSafe {
+		if err := b.checkFailoverSafe(ctx); err != nil {
+			return nil, names{}, err
+		}
+	}
 	n, err := b.migrate(ctx, o.Schema, o.Table, upTo)
 	if err != nil {
 		return nil, n, err
 	}
 	b.table = n.table
 	return b, n, nil
+}
+
+// checkFailoverSafe reads the settings that decide whether a commit waits
+// for a synchronous standby, in one of the pool's sessions: role and
+// database settings (ALTER ROLE ... SET) are in force there.
+func (b *Backend) checkFailoverSafe(ctx context.Context) error {
+	var names, commit string
+	var standby bool
+	err := b.run(ctx, "check failover safety", func(ctx context.Context) error {
+		return b.pool.QueryRow(ctx, `SELECT current_setting('synchronous_standby_names'),
+	current_setting('synchronous_commit'), pg_is_in_recovery()`).Scan(&names, &commit, &standby)
+	})
+	switch {
+	case err != nil:
+		return err
+	case standby:
+		return fmt.Errorf("%w: the server is a standby (in recovery); connect to the primary (target_session_attrs=read-write)", ErrNotFailoverSafe)
+	case strings.TrimSpace(names) == "":
+		return fmt.Errorf("%w: the server has synchronous_standby_names empty: commits are acknowledged before any standby has them; "+
+			"name a synchronous standby, or open without FailoverSafe", ErrNotFailoverSafe)
+	case commit != "on" && commit != "remote_apply":
+		return fmt.Errorf("%w: the server has synchronous_commit %s, FailoverSafe needs on or remote_apply "+
+			"(or open without FailoverSafe)", ErrNotFailoverSafe, commit)
+	}
+	return nil
 }
 
 // Table returns the schema-qualified, quoted name of the records table, for

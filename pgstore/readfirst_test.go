@@ -94,3 +94,62 @@ func TestClaim_BriefReadFirst(t *testing.T) {
 	require.True(t, claimed)
 	require.Greater(t, again.Token, rec.Token)
 }
+
+// Claim sends its INSERT alone while almost every recent claim claimed: a
+// fresh key is claimed with it, and a key that exists (an open claim, a
+// done record, a released one) gets the batch's answer after it. Two
+// answers that were no claim take the Backend back to the batch.
+func TestClaim_InsertFirst(t *testing.T) {
+	b := newBackend(t, pool(t), nil)
+	t.Cleanup(func() { _ = b.Close() })
+	require.True(t, pgstore.InsertsFirst(b), "a new Backend claims with the INSERT alone")
+	pgstore.SetReadFirst(b, "insert")
+
+	rec, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	require.Len(t, rec.Attempts, 1)
+	// The INSERT returns the token alone; the record Claim builds is the
+	// row as read back, on both paths.
+	stored, err := b.Get(ctx, "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, stored, rec)
+	batch := newBackend(t, pool(t), &pgstore.Options{Table: tableName(b)})
+	t.Cleanup(func() { _ = batch.Close() })
+	pgstore.SetReadFirst(batch, "never")
+	viaBatch, claimed, err := batch.Claim(ctx, "s", "k2", claimArgs("fp", epoch))
+	require.NoError(t, err)
+	require.True(t, claimed)
+	stored, err = b.Get(ctx, "s", "k2")
+	require.NoError(t, err)
+	require.Equal(t, stored, viaBatch)
+
+	open, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, idem.StateInProgress, open.State)
+	require.Equal(t, rec.Token, open.Token)
+
+	require.NoError(t, b.Release(ctx, "s", "k", rec.Token, backend.Releasing{At: epoch, ExpiresAt: epoch.Add(retention)}))
+	again, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch))
+	require.NoError(t, err)
+	require.True(t, claimed, "a released key is taken over")
+	require.Greater(t, again.Token, rec.Token)
+	require.Equal(t, 2, again.Claims)
+
+	require.NoError(t, b.Complete(ctx, "s", "k", again.Token, backend.Completion{Result: result("r"), At: epoch,
+		ExpiresAt: epoch.Add(retention)}))
+	done, claimed, err := b.Claim(ctx, "s", "k", claimArgs("fp", epoch))
+	require.NoError(t, err)
+	require.False(t, claimed)
+	require.Equal(t, "r", string(done.Result.Body))
+
+	auto := newBackend(t, pool(t), &pgstore.Options{Table: tableName(b)})
+	t.Cleanup(func() { _ = auto.Close() })
+	for range 2 {
+		_, claimed, err := auto.Claim(ctx, "s", "k", claimArgs("fp", epoch))
+		require.NoError(t, err)
+		require.False(t, claimed)
+	}
+	require.False(t, pgstore.InsertsFirst(auto), "two replays take the Backend back to the batch")
+}

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -52,6 +53,11 @@ type Options struct {
 	NoSync bool
 	// DirPrefix names the temporary directory; "pgtest-" if empty.
 	DirPrefix string
+	// Upstream is the host:port a standby made by StartStandby copies and
+	// streams its WAL from, in place of the primary's own address: a proxy
+	// in front of the primary, which delays or cuts the replication
+	// traffic. Start ignores it.
+	Upstream string
 }
 
 // Cluster is a running throwaway cluster.
@@ -59,6 +65,9 @@ type Cluster struct {
 	// URL is a connection URL to the postgres database as the postgres
 	// superuser, over TCP on 127.0.0.1 without TLS.
 	URL string
+	// Addr is the server's host and port, "127.0.0.1:PORT", for
+	// connection strings that name several hosts.
+	Addr string
 	// Dir is the cluster's directory: the data directory (Dir/data), the
 	// server's log and its Unix socket. Stop removes it.
 	Dir string
@@ -127,42 +136,46 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return nil
 }
 
+// Kill ends every process of the server at once with SIGKILL, as a
+// machine that dies takes them: no shutdown, no last WAL sent to a
+// standby. It returns once the postmaster has exited; without a running
+// server it does nothing. Restart starts it again (crash recovery).
+func (c *Cluster) Kill() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return
+	}
+	// The server runs in a process group of its own (serverAttr).
+	_ = syscall.Kill(-c.proc.cmd.Process.Pid, syscall.SIGKILL)
+	<-c.proc.exited
+	c.proc = nil
+}
+
+// Promote makes a standby a primary (pg_promote) and returns once it
+// accepts writes. It returns an error from a server that is not a standby.
+func (c *Cluster) Promote(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
+		return fmt.Errorf("pg_promote: %w", err)
+	}
+	if !ok {
+		return errors.New("pg_promote: the standby was not promoted within 60 seconds")
+	}
+	return nil
+}
+
 // Start creates and starts a cluster. ctx bounds initdb and the wait for
 // the server to accept connections, not the server's life: Stop ends it.
 func Start(ctx context.Context, opts *Options) (*Cluster, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.DirPrefix == "" {
-		o.DirPrefix = "pgtest-"
-	}
-	bin, err := Binaries()
+	o, bin, cred, dir, err := prepare(opts)
 	if err != nil {
 		return nil, err
-	}
-	var cred *syscall.Credential
-	base := ""
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root, and there is no postgres user to run the server as: %w", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		base = "/tmp" // every parent must be searchable by the postgres user
-	}
-	dir, err := os.MkdirTemp(base, o.DirPrefix)
-	if err != nil {
-		return nil, err
-	}
-	cleanup := func() { _ = os.RemoveAll(dir) }
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			cleanup()
-			return nil, err
-		}
 	}
 	data := filepath.Join(dir, "data")
 	args := []string{"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"}
@@ -172,30 +185,114 @@ func Start(ctx context.Context, opts *Options) (*Cluster, error) {
 	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), args...)
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		cleanup()
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v: %s", err, serverproc.LastLines(out))
 	}
+	return launch(ctx, serverArgs{bin: bin, dir: dir, data: data, cred: cred, settings: o.Settings})
+}
 
+// StartStandby makes a streaming standby of c and starts it: pg_basebackup
+// copies c's data directory over the replication protocol (its WAL
+// streamed, -X stream) and writes standby.signal and primary_conninfo
+// (-R), so the new server follows c and accepts read-only connections.
+// opts.Settings are the standby's own; its cluster_name is "standby" unless
+// they set one, so that c's synchronous_standby_names may name it. c must
+// allow replication connections from 127.0.0.1 (initdb's default
+// pg_hba.conf does, with Start's trust).
+func (c *Cluster) StartStandby(ctx context.Context, opts *Options) (*Cluster, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.DirPrefix == "" {
+		o.DirPrefix = "pgtest-standby-"
+	}
+	o, bin, cred, dir, err := prepare(&o)
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	host, port := "127.0.0.1", strconv.Itoa(c.srv.port)
+	if o.Upstream != "" {
+		if host, port, err = net.SplitHostPort(o.Upstream); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgtest: Upstream %q: %w", o.Upstream, err)
+		}
+	}
+	args := []string{"-D", data, "-h", host, "-p", port, "-U", "postgres",
+		"-X", "stream", "-R", "-c", "fast"}
+	if o.NoSync {
+		args = append(args, "--no-sync")
+	}
+	bb := exec.CommandContext(ctx, filepath.Join(bin, "pg_basebackup"), args...)
+	bb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := bb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("pg_basebackup: %v: %s", err, serverproc.LastLines(out))
+	}
+	settings := append([]string{"cluster_name=standby"}, o.Settings...)
+	return launch(ctx, serverArgs{bin: bin, dir: dir, data: data, cred: cred, settings: settings})
+}
+
+// prepare fills opts' defaults, finds the binaries and makes the cluster's
+// directory, owned by the user the server runs as (cred: the postgres
+// user when the caller is root, nil otherwise).
+func prepare(opts *Options) (o Options, bin string, cred *syscall.Credential, dir string, err error) {
+	if opts != nil {
+		o = *opts
+	}
+	if o.DirPrefix == "" {
+		o.DirPrefix = "pgtest-"
+	}
+	if bin, err = Binaries(); err != nil {
+		return o, "", nil, "", err
+	}
+	base := ""
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return o, "", nil, "", fmt.Errorf("running as root, and there is no postgres user to run the server as: %w", err)
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		base = "/tmp" // every parent must be searchable by the postgres user
+	}
+	if dir, err = os.MkdirTemp(base, o.DirPrefix); err != nil {
+		return o, "", nil, "", err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return o, "", nil, "", err
+		}
+	}
+	return o, bin, cred, dir, nil
+}
+
+// launch starts the server of a with a free port and returns its Cluster,
+// or removes a.dir and returns the error.
+func launch(ctx context.Context, a serverArgs) (*Cluster, error) {
 	// A port taken between the probe and the server's bind makes the start
 	// fail: try a few.
 	var lastErr error
 	for range 5 {
 		port, err := serverproc.FreePort()
 		if err != nil {
-			cleanup()
+			_ = os.RemoveAll(a.dir)
 			return nil, err
 		}
-		a := serverArgs{bin: bin, dir: dir, data: data, port: port, cred: cred, settings: o.Settings}
+		a.port = port
 		p, err := startServer(ctx, a)
 		if err == nil {
-			return &Cluster{URL: a.url(), Dir: dir, srv: a, proc: p}, nil
+			return &Cluster{URL: a.url(), Addr: a.addr(), Dir: a.dir, srv: a, proc: p}, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	cleanup()
+	_ = os.RemoveAll(a.dir)
 	return nil, lastErr
 }
 
@@ -208,8 +305,10 @@ type serverArgs struct {
 }
 
 func (a serverArgs) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", a.port)
+	return "postgres://postgres@" + a.addr() + "/postgres?sslmode=disable"
 }
+
+func (a serverArgs) addr() string { return "127.0.0.1:" + strconv.Itoa(a.port) }
 
 // server is a running postmaster.
 type server struct {

@@ -99,3 +99,55 @@ func TestCluster_CrashRestart(t *testing.T) {
 		t.Fatalf("after the restart: %d rows, %v; want the committed row", n, err)
 	}
 }
+
+func TestCluster_StartStandby_KillPromote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, err := pgtest.Start(ctx, &pgtest.Options{NoSync: true,
+		Settings: []string{"fsync=off", "synchronous_standby_names=standby"}})
+	if errors.Is(err, pgtest.ErrNoBinaries) && os.Getenv("IDEM_REQUIRE_POSTGRES") != "1" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer primary.Stop()
+	standby, err := primary.StartStandby(ctx, &pgtest.Options{NoSync: true, Settings: []string{"fsync=off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standby.Stop()
+	exec := func(url, sql string) (int64, error) {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close(ctx)
+		tag, err := conn.Exec(ctx, sql)
+		return tag.RowsAffected(), err
+	}
+	// The primary waits for its synchronous standby: the commit returns
+	// once the standby has the row.
+	if _, err := exec(primary.URL, "CREATE TABLE t (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec(primary.URL, "INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec(standby.URL, "INSERT INTO t VALUES (2)"); err == nil {
+		t.Fatal("a standby accepted a write")
+	}
+	primary.Kill()
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := exec(standby.URL, "DELETE FROM t WHERE v = 1")
+	if err != nil || n != 1 {
+		t.Fatalf("after the promotion: %d rows, %v; want the row the primary acknowledged", n, err)
+	}
+	// A multi-host URL finds the server that accepts writes.
+	url := "postgres://postgres@" + primary.Addr + "," + standby.Addr + "/postgres?sslmode=disable&target_session_attrs=read-write"
+	if _, err := exec(url, "INSERT INTO t VALUES (3)"); err != nil {
+		t.Fatal(err)
+	}
+}
