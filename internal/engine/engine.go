@@ -258,7 +258,11 @@ func open(o Options, lock *os.File) (*Engine, error) {
 		// A mark from the start: a new store's log must not vanish either,
 		// and a loss accepted is not refused again, but is recorded first.
 		err := e.recordLoss()
-		if err == nil {
+		switch {
+		case err != nil:
+		case m == nil && len(e.lost) == 0 && e.log != nil && !e.badgerMarked():
+			err = e.firstMark()
+		default:
 			err = e.markDurable()
 		}
 		if err != nil {
@@ -366,6 +370,12 @@ func (e *Engine) VerifyLog() error {
 	}
 	_, err := wal.Pending(filepath.Join(e.dir, LogName))
 	return logErr(err)
+}
+
+// badgerMarked reports whether Badger holds a mark (or cannot tell).
+func (e *Engine) badgerMarked() bool {
+	id, _, err := storedMark(e.db)
+	return id != nil || err != nil
 }
 
 // needsMark reports whether an open must take a checkpoint of the mark:

@@ -116,6 +116,9 @@ func (e *Engine) checkMark(m *mark) error {
 		return err
 	}
 	switch {
+	case id == nil && m.Checkpoint == 0:
+		// A new store before its first checkpoint (firstMark): its log
+		// holds everything.
 	case id == nil:
 		return fmt.Errorf("%w: Badger holds no checkpoint, the mark (%s) says checkpoint %d was made durable: its MANIFEST, tables or logs were lost", ErrCorrupt, MarkName, m.Checkpoint)
 	case hex.EncodeToString(id) != m.Store:
@@ -153,6 +156,18 @@ func (e *Engine) advanceMark() error {
 	}
 	e.mark.Checkpoint++
 	return nil
+}
+
+// firstMark writes the mark of a store whose Badger holds no mark yet:
+// its identity and checkpoint 0, in the mark file alone. The first
+// checkpoint writes it into Badger. Until then the log holds every write,
+// and the mark says the log must not vanish; no table is flushed to hold
+// the mark of a store that has nothing else.
+func (e *Engine) firstMark() error {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	e.mark = mark{Store: hex.EncodeToString(id)}
+	return e.saveMark()
 }
 
 func (e *Engine) saveMark() error {
