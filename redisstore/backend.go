@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,14 +22,17 @@ type stored struct {
 
 // read reads the record of k.
 func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
-	vals, err := b.c.HMGet(ctx, k.rec, "b", "v").Result()
+	vals, err := b.c.HMGet(ctx, k.rec, "b", "v", "t").Result()
 	if err != nil {
 		return stored{}, err
 	}
 	return decodeStored(vals)
 }
 
-// decodeStored decodes HMGET's answer for b and v.
+// decodeStored decodes HMGET's answer for b, v and t. A claim is written
+// with token 0 in its bytes, since the script that writes it draws the
+// token: field t holds it, and decodeStored puts it in the record and in
+// the claim's attempt.
 func decodeStored(vals []any) (stored, error) {
 	bs, _ := vals[0].(string)
 	ver, _ := vals[1].(string)
@@ -41,7 +43,25 @@ func decodeStored(vals []any) (stored, error) {
 	if err != nil {
 		return stored{ver: ver}, err
 	}
+	if rec.Token == 0 {
+		ts, _ := vals[2].(string)
+		tok, err := strconv.ParseUint(ts, 10, 64)
+		if err != nil {
+			return stored{ver: ver}, fmt.Errorf("%w: record without a token (field t %q)", backend.ErrCorrupt, ts)
+		}
+		setToken(rec, tok)
+	}
 	return stored{rec: rec, ver: ver}, nil
+}
+
+// setToken gives a claim written with token 0 its token.
+func setToken(rec *backend.Record, tok uint64) {
+	rec.Token = tok
+	for i := range rec.Attempts {
+		if rec.Attempts[i].Token == 0 {
+			rec.Attempts[i].Token = tok
+		}
+	}
 }
 
 // putResult is what putScript did.
@@ -53,19 +73,41 @@ const (
 	putWritten  putResult = 1
 )
 
-// put writes rec over the version ver, fenced by fence (0: not fenced).
+// put writes rec over the version ver, fenced by fence (0: not fenced),
+// and returns what the script did and the record's new version.
 // ttlFrom is when a done or released record's retention starts, for its
 // TTL; zero keeps the key's TTL.
-func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, error) {
+func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, string, error) {
+	ks, args := b.putArgs(k, ver, fence, rec, ttlFrom)
+	res, err := b.run(ctx, putScript, ks, args)
+	if err != nil {
+		return 0, "", err
+	}
+	return putAnswer(res)
+}
+
+// putAnswer reads putScript's answer.
+func putAnswer(res any) (putResult, string, error) {
+	out, ok := res.([]any)
+	if !ok || len(out) == 0 {
+		return 0, "", fmt.Errorf("unexpected answer %v", res)
+	}
+	n, _ := out[0].(int64)
+	var nv string
+	if len(out) > 1 {
+		v, _ := out[1].(int64)
+		nv = strconv.FormatInt(v, 10)
+	}
+	return putResult(n), nv, nil
+}
+
+// putArgs returns putScript's keys and arguments.
+func (b *Backend) putArgs(k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) ([]string, []any) {
 	stale, exp, ttl := "-", "-", "k"
 	if rec.State == backend.StateInProgress {
 		ttl = "0"
 		if !rec.Attention {
-			at := rec.LeaseEnds
-			if rec.NextCheck.After(at) {
-				at = rec.NextCheck
-			}
-			stale = strconv.FormatInt(at.UnixMilli(), 10)
+			stale = staleScore(rec)
 		}
 	} else {
 		exp = strconv.FormatInt(rec.ExpiresAt.UnixMilli(), 10)
@@ -76,23 +118,26 @@ func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec
 	rec.Format = backend.Format
 	args := []any{ver, strconv.FormatUint(fence, 10), backend.EncodeRecord(rec),
 		strconv.FormatUint(rec.Token, 10), strconv.Itoa(int(rec.State)), stale, exp, k.member, ttl}
-	ks := []string{k.rec, k.stale, k.exp, k.ver}
-	var res any
-	var err error
+	return []string{k.rec, k.stale, k.exp, k.ver}, args
+}
+
+// staleScore is an open claim's score in its shard's stale index: when it
+// is due, the later of its lease end and its next check.
+func staleScore(rec *backend.Record) string {
+	at := rec.LeaseEnds
+	if rec.NextCheck.After(at) {
+		at = rec.NextCheck
+	}
+	return strconv.FormatInt(at.UnixMilli(), 10)
+}
+
+// run runs s, followed by WAIT on the same connection when the Backend
+// waits for replicas.
+func (b *Backend) run(ctx context.Context, s *redis.Script, ks []string, args []any) (any, error) {
 	if b.replicas > 0 {
-		res, err = b.runWaited(ctx, putScript, ks, args)
-	} else {
-		res, err = putScript.Run(ctx, b.c, ks, args...).Result()
+		return b.runWaited(ctx, s, ks, args)
 	}
-	if err != nil {
-		return 0, err
-	}
-	out, ok := res.([]any)
-	if !ok || len(out) == 0 {
-		return 0, fmt.Errorf("unexpected answer %v", res)
-	}
-	n, _ := out[0].(int64)
-	return putResult(n), nil
+	return s.Run(ctx, b.c, ks, args...).Result()
 }
 
 // runWaited runs s and then WAIT on one connection, and fails unless
@@ -128,47 +173,80 @@ func (b *Backend) runWaited(ctx context.Context, s *redis.Script, ks []string, a
 	return res, err
 }
 
-// Claim implements backend.Backend. It reads the record; if it is
-// claimable it draws a token (INCR) and writes the claim with putScript,
-// which fails if the record changed since it was read: Claim then decides
-// again on the record as it is.
+// Claim implements backend.Backend. It writes the claim with claimScript
+// over the version it expects ("0", no record, at first), which draws the
+// token on the server: a new key is claimed in one round trip. When the
+// version is another, the script answers with the record as it is, and
+// Claim decides on it: a replay, a claim in progress or a mismatch ends
+// there; a released or expired record is claimed over its version.
 func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.ClaimArgs) (*backend.Record, bool, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, false, err
 	}
 	k := b.keysOf(scope, key)
-	var tried []uint64 // the tokens this call wrote claims with
-	for {
-		s, err := b.read(ctx, k)
-		if err != nil {
+	nonce := b.nonce()
+	var cur stored
+	if b.refused() != nil {
+		// New claims are refused: read first, so that a replay or a claim
+		// in progress is still answered.
+		var err error
+		if cur, err = b.read(ctx, k); err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
-		if r := s.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
-			// A claim of this call's own whose answer was lost (the
-			// client sent the script again, and found it written).
-			mine := r.State == backend.StateInProgress && slices.Contains(tried, r.Token)
-			return r, mine, nil
+	} else {
+		cur.ver = "0"
+	}
+	for {
+		if r := cur.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
+			return r, false, nil
 		}
 		if err := b.refused(); err != nil {
 			return nil, false, err
 		}
-		token, err := b.c.Incr(ctx, b.tokensKey()).Uint64()
+		n := newClaim(scope, key, 0, args, cur.rec)
+		n.Format = backend.Format
+		res, err := b.run(ctx, claimScript, []string{k.rec, k.stale, k.exp, k.ver, k.tok},
+			[]any{cur.ver, backend.EncodeRecord(n), staleScore(n), k.member, nonce})
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
-		n := newClaim(scope, key, token, args, s.rec)
-		tried = append(tried, token)
-		res, err := b.put(ctx, k, s.ver, 0, n, time.Time{})
-		if err != nil {
-			return nil, false, backend.Unavailable("claim", err)
-		}
-		if res == putWritten {
+		out, _ := res.([]any)
+		if len(out) == 3 && out[0] == int64(1) {
+			nv, _ := out[1].(int64)
+			ts, _ := out[2].(string)
+			tok, err := strconv.ParseUint(ts, 10, 64)
+			if err != nil {
+				return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected token %q", ts))
+			}
+			setToken(n, tok)
+			b.claims.put(n, strconv.FormatInt(nv, 10))
 			return n, true, nil
+		}
+		if len(out) != 5 {
+			return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected answer %v", res))
+		}
+		if c, _ := out[4].(string); c == nonce {
+			// This call's own claim, whose answer was lost: the client
+			// sent the script again and found it written.
+			s, err := decodeStored([]any{out[2], out[1], out[3]})
+			if err != nil || s.rec == nil || s.rec.State != backend.StateInProgress {
+				return nil, false, backend.Unavailable("claim", fmt.Errorf("own claim unreadable: %v", err))
+			}
+			return s.rec, true, nil
+		}
+		cur, err = decodeStored([]any{out[2], out[1], out[3]})
+		if err != nil {
+			return nil, false, backend.Unavailable("claim", err)
 		}
 		if err := b.check(ctx); err != nil {
 			return nil, false, err
 		}
 	}
+}
+
+// nonce returns a value no other Claim call of any Backend uses.
+func (b *Backend) nonce() string {
+	return b.nonces + strconv.FormatUint(b.calls.Add(1), 36)
 }
 
 // newClaim builds a claim with token over rec (nil, released or expired).
@@ -209,6 +287,11 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		return err
 	}
 	k := b.keysOf(scope, key)
+	if state == backend.StateInProgress {
+		if done, err := b.fencedCached(ctx, op, k, scope, key, token, fn); done {
+			return err
+		}
+	}
 	for {
 		s, err := b.read(ctx, k)
 		if err != nil {
@@ -226,11 +309,14 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		if state != backend.StateInProgress {
 			fence = 0
 		}
-		res, err := b.put(ctx, k, s.ver, fence, rec, ttlFrom)
+		res, nv, err := b.put(ctx, k, s.ver, fence, rec, ttlFrom)
 		switch {
 		case err != nil:
 			return backend.Unavailable(op, err)
 		case res == putWritten:
+			if state == backend.StateInProgress {
+				b.claims.put(rec, nv)
+			}
 			return nil
 		case res == putFenced:
 			return &backend.FencedError{Scope: scope, Key: key, Token: token}
@@ -315,7 +401,7 @@ func (b *Backend) readMany(ctx context.Context, ks []keys) ([]stored, []error, e
 	cmds := make([]*redis.SliceCmd, len(ks))
 	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range ks {
-			cmds[i] = p.HMGet(ctx, k.rec, "b", "v")
+			cmds[i] = p.HMGet(ctx, k.rec, "b", "v", "t")
 		}
 		return nil
 	})
@@ -484,7 +570,7 @@ func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uin
 			rec.Attempts = l.Story(rec.Attempts, token, true)
 			ttlFrom = time.Time{} // the key keeps its TTL, or an open claim none
 		}
-		res, err := b.put(ctx, k, s.ver, 0, rec, ttlFrom)
+		res, _, err := b.put(ctx, k, s.ver, 0, rec, ttlFrom)
 		if err != nil {
 			return 0, backend.Unavailable("complete late", err)
 		}
@@ -505,9 +591,9 @@ func lateDone(rec *backend.Record, l backend.LateCompletion, token uint64) {
 	rec.Attempts = l.Story(rec.Attempts, token, false)
 }
 
-// AddTallies implements backend.Tallier: a batch is one round trip of
-// reads and one of writes (each a putScript over the version read); the
-// records that changed in between are read and written again.
+// AddTallies implements backend.Tallier: a batch is one pipelined round
+// trip of reads and one of writes (each a putScript over the version
+// read); the records that changed in between are read and written again.
 func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -536,6 +622,9 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 		if err != nil {
 			return backend.Unavailable("add tallies", err)
 		}
+		var wids [][2]string
+		var wks [][]string
+		var wargs [][]any
 		for i, id := range ids {
 			s := recs[i]
 			if errs[i] != nil || s.rec == nil {
@@ -543,16 +632,69 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 				continue
 			}
 			s.rec.AddTally(*byKey[id])
-			res, err := b.put(ctx, ks[i], s.ver, 0, s.rec, time.Time{})
-			if err != nil {
-				return backend.Unavailable("add tallies", err)
-			}
-			if res == putWritten {
-				delete(byKey, id)
+			k, a := b.putArgs(ks[i], s.ver, 0, s.rec, time.Time{})
+			wids, wks, wargs = append(wids, id), append(wks, k), append(wargs, a)
+		}
+		res, err := b.runMany(ctx, putScript, wks, wargs)
+		if err != nil {
+			return backend.Unavailable("add tallies", err)
+		}
+		for i, r := range res {
+			if out, _, err := putAnswer(r); err == nil && out == putWritten {
+				delete(byKey, wids[i])
 			}
 		}
 	}
 	return nil
+}
+
+// runMany runs s once for each of ks and args in one pipelined round trip
+// (followed by WAIT when the Backend waits for replicas), and returns the
+// answers in order.
+func (b *Backend) runMany(ctx context.Context, s *redis.Script, ks [][]string, args [][]any) ([]any, error) {
+	if len(ks) == 0 {
+		return nil, nil
+	}
+	run := func(sha bool) ([]any, error) {
+		cmds := make([]*redis.Cmd, len(ks))
+		var acked *redis.Cmd
+		_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range ks {
+				if sha {
+					cmds[i] = s.EvalSha(ctx, p, ks[i], args[i]...)
+				} else {
+					cmds[i] = s.Eval(ctx, p, ks[i], args[i]...)
+				}
+			}
+			if b.replicas > 0 {
+				acked = p.Do(ctx, "WAIT", b.replicas, b.waitMS)
+			}
+			return nil
+		})
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return nil, err
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if acked != nil {
+			if n, _ := acked.Int64(); n < int64(b.replicas) {
+				return nil, fmt.Errorf("written on the primary, acknowledged by %d of %d replicas", n, b.replicas)
+			}
+		}
+		out := make([]any, len(cmds))
+		for i, c := range cmds {
+			out[i] = c.Val()
+		}
+		return out, nil
+	}
+	res, err := run(true)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = run(false)
+	}
+	return res, err
 }
 
 // Scan implements backend.Lister: it walks the store's record keys with
@@ -566,7 +708,7 @@ func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, "{"+b.prefix+":*}:r:*", 256).Iterator()
 		for it.Next(ctx) {
-			vals, err := c.HMGet(ctx, it.Val(), "b", "v").Result()
+			vals, err := c.HMGet(ctx, it.Val(), "b", "v", "t").Result()
 			if err != nil {
 				return err
 			}

@@ -7,10 +7,66 @@ import "github.com/redis/go-redis/v9"
 // and s the small fields a script checks without decoding them: a version
 // drawn from the shard's counter on every write (so a version never comes
 // back, even after the key expired and was claimed again), the token and
-// the state. The Backend reads a record, computes the new one in Go, and
-// has a script write it only if v is still what it read: a compare-and-set.
-// Lua cannot read the shared record encoding, which is why the logic is in
-// Go and the scripts only check and write.
+// the state. The Backend computes a record in Go, and has a script write
+// it only if v is still the version it knows: a compare-and-set. Lua
+// cannot write the shared record encoding, which is why the logic is in Go
+// and the scripts only check, draw tokens and write.
+//
+// The scripts use what Redis 7 and Valkey both accept: effects
+// replication (the default since Redis 7), INFO with several sections and
+// TIME inside a script, and no function library.
+
+// drawToken is the Lua that draws a fencing token from the shard's token
+// hash (KEYS[5]): fields id (the server's run id and replication id when
+// the epoch began), e (the epoch, milliseconds of the server's clock since
+// 2025-01-01 UTC) and n (the tokens drawn in it). A token is e*4096+n.
+// A new epoch, at least one past the last and never behind the clock,
+// begins when the server serving the script is not the one that began the
+// current epoch (a replica promoted by a failover, a restart), or after
+// 4095 tokens. So a primary never draws a token that another primary
+// drew, even one whose increments it never received, as long as the
+// servers' clocks differ by less than a failover takes. A token stays
+// below 2^53, exact in Lua's numbers and in JSON.
+const drawToken = `
+local function draw(tk)
+  local info = redis.call('INFO', 'server', 'replication')
+  local id = (string.match(info, 'run_id:(%x+)') or '') .. ':' .. (string.match(info, 'master_replid:(%x+)') or '')
+  local f = redis.call('HMGET', tk, 'id', 'e', 'n')
+  local e, n = tonumber(f[2]) or 0, tonumber(f[3]) or 0
+  if f[1] ~= id or n >= 4095 then
+    local now = redis.call('TIME')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 1735689600000
+    e, n = math.max(e + 1, ms), 0
+  end
+  n = n + 1
+  redis.call('HSET', tk, 'id', id, 'e', string.format('%.0f', e), 'n', n)
+  return string.format('%.0f', e * 4096 + n)
+end
+`
+
+// claimScript writes a new claim and draws its token, in one round trip.
+//
+// KEYS: record, stale index, expiry index, version counter, token hash.
+// ARGV: [1] the version the claim replaces ("0": no record), [2] the
+// claim's bytes, encoded with token 0 (the token is field t: decodeStored
+// puts it in), [3] its score in the stale index, [4] its member in the
+// indexes, [5] the claiming call's nonce.
+//
+// It returns {1, new version, token} when written, and {0, v, b, t, c}
+// (the record as it is, with the nonce of the call that wrote its claim)
+// when the version is not ARGV[1].
+var claimScript = redis.NewScript(drawToken + `
+local f = redis.call('HMGET', KEYS[1], 'v', 'b', 't', 'c')
+local v = f[1] or '0'
+if v ~= ARGV[1] then return {0, v, f[2], f[3], f[4]} end
+local tok = draw(KEYS[5])
+local nv = redis.call('INCR', KEYS[4])
+redis.call('HSET', KEYS[1], 'b', ARGV[2], 'v', nv, 't', tok, 's', '1', 'c', ARGV[5])
+redis.call('PERSIST', KEYS[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[4])
+return {1, nv, tok}
+`)
 
 // putScript writes a record.
 //
