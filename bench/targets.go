@@ -70,6 +70,18 @@ func (r *Results) judgeTargets() {
 			r.find(w, "idem-pg"+uncachedSuffix), r.find(w, "pgx"), 1, "replays/s")
 	}
 
+	// redisstore at the server's speed: a cycle against the bare peer's
+	// two writes (SET NX GET, SET), an uncached replay against a bare GET
+	// (the peer's uncached figure).
+	for _, w := range []string{"cycle-1", "cycle-32"} {
+		r.atLeast("cycle-redis", fmt.Sprintf("redisstore claim+complete (%s): ≥ 0.9× bare Redis's two writes (appendfsync always)", w),
+			r.find(w, "idem-redis"), r.find(w, "redis-always"), 0.9, "cycles/s")
+	}
+	for _, w := range []string{"replay-1", "replay-32"} {
+		r.atLeast("replay-redis-uncached", fmt.Sprintf("redisstore replay (%s), uncached (read from Redis): ≥ 0.9× a bare GET", w),
+			r.find(w, "idem-redis"+uncachedSuffix), r.find(w, "redis-always"+uncachedSuffix), 0.9, "replays/s")
+	}
+
 	// An effect in the records' database costs less with DoTx (the effect
 	// and the completion in one transaction) than with Do and a separate
 	// INSERT.
@@ -321,6 +333,16 @@ func missNotes() map[string]string {
 			"workload, a new Store and Backend per pass over the keys. At 32 goroutines the two cores are the limit, " +
 			"and PostgreSQL's server shares them, so the counts' writes and the client's CPU per replay weigh there; " +
 			"at one goroutine the round trip dominates.",
+		"cycle-redis": "A cycle sends what the bare peer sends, two round trips and two writes: the claim script " +
+			"(which draws the token and answers with the record when the key is taken) and the completion script " +
+			"(over the version the claim wrote, from the Backend's cache of its open claims). What is left is the " +
+			"Store's work around the calls, the record's encoding (the shared format with its story, about 4x the " +
+			"peer's bytes), the scripts' work on the server (the hash's fields, two sorted-set entries, the version " +
+			"counter and, for the claim, INFO and the token hash), and the server's fsync rounds, which both share.",
+		"replay-redis-uncached": "An uncached replay is one round trip, the claim script answering with the record " +
+			"(HMGET of three fields inside Lua) where the peer sends a GET; counts are merged in memory and written " +
+			"in batches, never per replay. What is left is the script's Lua call, the record's decoding, the Store's " +
+			"work around the call, and in this workload a new Store and Backend per pass over the keys.",
 		"txeffect": "DoTx sends what Do with a separate INSERT sends, three round trips (the claim; the INSERT with " +
 			"BEGIN; the completion with COMMIT), and commits twice instead of three times: where commits cost " +
 			"little (fsync off, a fast WAL device, synchronous_commit off) the two are within the noise of each " +
