@@ -18,21 +18,32 @@ import (
 type stored struct {
 	rec *backend.Record // nil: no record
 	ver string          // "0" when there is no record
+	// counted are the counts kept in the record's count fields, which
+	// rec includes: a write of rec leaves them out of its bytes, since
+	// the fields stay.
+	counted backend.Tally
 }
+
+// recordFields are the fields a read fetches, in decodeStored's order:
+// the bytes, the version, the token, and the counts added beside the
+// bytes (replays, conflicts, mismatches, the last replay's and the last
+// rejection's times in Unix nanoseconds).
+var recordFields = []string{"b", "v", "t", "rp", "cf", "mm", "lr", "lj"}
 
 // read reads the record of k.
 func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
-	vals, err := b.c.HMGet(ctx, k.rec, "b", "v", "t").Result()
+	vals, err := b.c.HMGet(ctx, k.rec, recordFields...).Result()
 	if err != nil {
 		return stored{}, err
 	}
 	return decodeStored(vals)
 }
 
-// decodeStored decodes HMGET's answer for b, v and t. A claim is written
-// with token 0 in its bytes, since the script that writes it draws the
-// token: field t holds it, and decodeStored puts it in the record and in
-// the claim's attempt.
+// decodeStored decodes HMGET's answer for recordFields. A claim is
+// written with token 0 in its bytes, since the script that writes it
+// draws the token: field t holds it, and decodeStored puts it in the
+// record and in the claim's attempt. The count fields are added to the
+// record's counts.
 func decodeStored(vals []any) (stored, error) {
 	bs, _ := vals[0].(string)
 	ver, _ := vals[1].(string)
@@ -51,7 +62,20 @@ func decodeStored(vals []any) (stored, error) {
 		}
 		setToken(rec, tok)
 	}
-	return stored{rec: rec, ver: ver}, nil
+	num := func(i int) int64 {
+		v, _ := vals[i].(string)
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	at := func(i int) time.Time {
+		if n := num(i); n > 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	}
+	counted := backend.Tally{Replays: num(3), Conflicts: num(4), Mismatches: num(5), LastReplay: at(6), LastRejection: at(7)}
+	rec.AddTally(counted)
+	return stored{rec: rec, ver: ver, counted: counted}, nil
 }
 
 // setToken gives a claim written with token 0 its token.
@@ -74,11 +98,13 @@ const (
 )
 
 // put writes rec over the version ver, fenced by fence (0: not fenced),
-// and returns what the script did and the record's new version.
+// and returns what the script did and the record's new version. counted
+// are the counts of rec kept in the count fields (stored.counted): its
+// bytes leave them out.
 // ttlFrom is when a done or released record's retention starts, for its
 // TTL; zero keeps the key's TTL.
-func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, string, error) {
-	ks, args := b.putArgs(k, ver, fence, rec, ttlFrom)
+func (b *Backend) put(ctx context.Context, k keys, ver string, counted backend.Tally, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, string, error) {
+	ks, args := b.putArgs(k, ver, counted, fence, rec, ttlFrom)
 	res, err := b.run(ctx, putScript, ks, args)
 	if err != nil {
 		return 0, "", err
@@ -102,7 +128,7 @@ func putAnswer(res any) (putResult, string, error) {
 }
 
 // putArgs returns putScript's keys and arguments.
-func (b *Backend) putArgs(k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) ([]string, []any) {
+func (b *Backend) putArgs(k keys, ver string, counted backend.Tally, fence uint64, rec *backend.Record, ttlFrom time.Time) ([]string, []any) {
 	stale, exp, ttl := "-", "-", "k"
 	if rec.State == backend.StateInProgress {
 		ttl = "0"
@@ -115,10 +141,20 @@ func (b *Backend) putArgs(k keys, ver string, fence uint64, rec *backend.Record,
 			ttl = strconv.FormatInt(max(rec.ExpiresAt.Sub(ttlFrom), 0).Milliseconds()+b.margin.Milliseconds(), 10)
 		}
 	}
-	rec.Format = backend.Format
-	args := []any{ver, strconv.FormatUint(fence, 10), backend.EncodeRecord(rec),
+	args := []any{ver, strconv.FormatUint(fence, 10), encodeBytes(rec, counted),
 		strconv.FormatUint(rec.Token, 10), strconv.Itoa(int(rec.State)), stale, exp, k.member, ttl}
 	return []string{k.rec, k.stale, k.exp, k.ver}, args
+}
+
+// encodeBytes encodes rec for its field b: its counts less counted, the
+// counts its count fields keep.
+func encodeBytes(rec *backend.Record, counted backend.Tally) []byte {
+	w := *rec
+	w.Format = backend.Format
+	w.Replays -= counted.Replays
+	w.Conflicts -= counted.Conflicts
+	w.Mismatches -= counted.Mismatches
+	return backend.EncodeRecord(&w)
 }
 
 // staleScore is an open claim's score in its shard's stale index: when it
@@ -185,28 +221,34 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	}
 	k := b.keysOf(scope, key)
 	nonce := b.nonce()
-	var cur stored
-	if b.refused() != nil {
-		// New claims are refused: read first, so that a replay or a claim
-		// in progress is still answered.
+	cur := stored{ver: "0"}
+	if b.refused() != nil || b.found.Load() > 0 {
+		// New claims are refused (a replay or a claim in progress is
+		// still answered), or most recent calls found a record: read
+		// first, with a plain HMGET, cheaper on the server than the
+		// script.
 		var err error
 		if cur, err = b.read(ctx, k); err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
-	} else {
-		cur.ver = "0"
 	}
 	for {
 		if r := cur.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
+			b.noteFound(1)
 			return r, false, nil
 		}
 		if err := b.refused(); err != nil {
 			return nil, false, err
 		}
 		n := newClaim(scope, key, 0, args, cur.rec)
-		n.Format = backend.Format
+		// A released record's counts go on, in its count fields and its
+		// bytes; an expired one's life ends, and its count fields go.
+		keep, counted := "1", cur.counted
+		if cur.rec == nil || cur.rec.State != backend.StateReleased {
+			keep, counted = "0", backend.Tally{}
+		}
 		res, err := b.run(ctx, claimScript, []string{k.rec, k.stale, k.exp, k.ver, k.tok},
-			[]any{cur.ver, backend.EncodeRecord(n), staleScore(n), k.member, nonce})
+			[]any{cur.ver, encodeBytes(n, counted), staleScore(n), k.member, nonce, keep, k.shard})
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
@@ -219,22 +261,24 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 				return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected token %q", ts))
 			}
 			setToken(n, tok)
-			b.claims.put(n, strconv.FormatInt(nv, 10))
+			b.claims.put(n, counted, strconv.FormatInt(nv, 10))
+			b.noteFound(-1)
 			return n, true, nil
 		}
-		if len(out) != 5 {
+		if len(out) != 10 {
 			return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected answer %v", res))
 		}
+		vals := []any{out[2], out[1], out[3], out[5], out[6], out[7], out[8], out[9]}
 		if c, _ := out[4].(string); c == nonce {
 			// This call's own claim, whose answer was lost: the client
 			// sent the script again and found it written.
-			s, err := decodeStored([]any{out[2], out[1], out[3]})
+			s, err := decodeStored(vals)
 			if err != nil || s.rec == nil || s.rec.State != backend.StateInProgress {
 				return nil, false, backend.Unavailable("claim", fmt.Errorf("own claim unreadable: %v", err))
 			}
 			return s.rec, true, nil
 		}
-		cur, err = decodeStored([]any{out[2], out[1], out[3]})
+		cur, err = decodeStored(vals)
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
@@ -243,6 +287,24 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		}
 	}
 }
+
+// noteFound moves the Backend's estimate of whether Claim finds a record
+// (replays, claims in progress, mismatches) more often than not, by d,
+// within ±foundBound: while it is above zero, Claim reads before it
+// writes.
+func (b *Backend) noteFound(d int32) {
+	for {
+		f := b.found.Load()
+		n := min(max(f+d, -foundBound), foundBound)
+		if n == f || b.found.CompareAndSwap(f, n) {
+			return
+		}
+	}
+}
+
+// foundBound bounds Backend.found: after a run of replays, this many
+// claims of new keys switch Claim back to writing first.
+const foundBound = 16
 
 // nonce returns a value no other Claim call of any Backend uses.
 func (b *Backend) nonce() string {
@@ -309,13 +371,13 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		if state != backend.StateInProgress {
 			fence = 0
 		}
-		res, nv, err := b.put(ctx, k, s.ver, fence, rec, ttlFrom)
+		res, nv, err := b.put(ctx, k, s.ver, s.counted, fence, rec, ttlFrom)
 		switch {
 		case err != nil:
 			return backend.Unavailable(op, err)
 		case res == putWritten:
 			if state == backend.StateInProgress {
-				b.claims.put(rec, nv)
+				b.claims.put(rec, s.counted, nv)
 			}
 			return nil
 		case res == putFenced:
@@ -401,7 +463,7 @@ func (b *Backend) readMany(ctx context.Context, ks []keys) ([]stored, []error, e
 	cmds := make([]*redis.SliceCmd, len(ks))
 	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range ks {
-			cmds[i] = p.HMGet(ctx, k.rec, "b", "v", "t")
+			cmds[i] = p.HMGet(ctx, k.rec, recordFields...)
 		}
 		return nil
 	})
@@ -570,7 +632,7 @@ func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uin
 			rec.Attempts = l.Story(rec.Attempts, token, true)
 			ttlFrom = time.Time{} // the key keeps its TTL, or an open claim none
 		}
-		res, _, err := b.put(ctx, k, s.ver, 0, rec, ttlFrom)
+		res, _, err := b.put(ctx, k, s.ver, s.counted, 0, rec, ttlFrom)
 		if err != nil {
 			return 0, backend.Unavailable("complete late", err)
 		}
@@ -591,9 +653,12 @@ func lateDone(rec *backend.Record, l backend.LateCompletion, token uint64) {
 	rec.Attempts = l.Story(rec.Attempts, token, false)
 }
 
-// AddTallies implements backend.Tallier: a batch is one pipelined round
-// trip of reads and one of writes (each a putScript over the version
-// read); the records that changed in between are read and written again.
+// AddTallies implements backend.Tallier. The counts go beside the
+// record, in its count fields, which a read adds to the record's own: a
+// batch is one pipelined round trip of tallyScript, one small write a
+// record, with no read and no record encoded. Counts taken on a done
+// record are dropped if the key was claimed again since (its token
+// moved); counts of a record that is gone are dropped.
 func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -608,42 +673,21 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 			byKey[id] = &c
 		}
 	}
-	for round := 0; len(byKey) > 0; round++ {
-		if round == 10 {
-			return backend.Unavailable("add tallies", fmt.Errorf("%d records changed under every one of 10 rounds", len(byKey)))
+	ks := make([][]string, 0, len(byKey))
+	args := make([][]any, 0, len(byKey))
+	nanos := func(t time.Time) string {
+		if t.IsZero() {
+			return "0"
 		}
-		ids := make([][2]string, 0, len(byKey))
-		ks := make([]keys, 0, len(byKey))
-		for id := range byKey {
-			ids = append(ids, id)
-			ks = append(ks, b.keysOf(id[0], id[1]))
-		}
-		recs, errs, err := b.readMany(ctx, ks)
-		if err != nil {
-			return backend.Unavailable("add tallies", err)
-		}
-		var wids [][2]string
-		var wks [][]string
-		var wargs [][]any
-		for i, id := range ids {
-			s := recs[i]
-			if errs[i] != nil || s.rec == nil {
-				delete(byKey, id) // gone, or left for an operator
-				continue
-			}
-			s.rec.AddTally(*byKey[id])
-			k, a := b.putArgs(ks[i], s.ver, 0, s.rec, time.Time{})
-			wids, wks, wargs = append(wids, id), append(wks, k), append(wargs, a)
-		}
-		res, err := b.runMany(ctx, putScript, wks, wargs)
-		if err != nil {
-			return backend.Unavailable("add tallies", err)
-		}
-		for i, r := range res {
-			if out, _, err := putAnswer(r); err == nil && out == putWritten {
-				delete(byKey, wids[i])
-			}
-		}
+		return strconv.FormatInt(t.UnixNano(), 10)
+	}
+	for _, t := range byKey {
+		ks = append(ks, []string{b.keysOf(t.Scope, t.Key).rec})
+		args = append(args, []any{strconv.FormatUint(t.Token, 10), t.Replays, t.Conflicts, t.Mismatches,
+			nanos(t.LastReplay), nanos(t.LastRejection)})
+	}
+	if _, err := b.runMany(ctx, tallyScript, ks, args); err != nil {
+		return backend.Unavailable("add tallies", err)
 	}
 	return nil
 }
@@ -708,7 +752,7 @@ func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, "{"+b.prefix+":*}:r:*", 256).Iterator()
 		for it.Next(ctx) {
-			vals, err := c.HMGet(ctx, it.Val(), "b", "v", "t").Result()
+			vals, err := c.HMGet(ctx, it.Val(), recordFields...).Result()
 			if err != nil {
 				return err
 			}

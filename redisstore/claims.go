@@ -36,10 +36,10 @@ type cachedClaim struct {
 	ver   string
 }
 
-// put caches rec (in progress) at version ver.
-func (c *claimCache) put(rec *backend.Record, ver string) {
-	rec.Format = backend.Format
-	bs := backend.EncodeRecord(rec)
+// put caches rec (in progress) at version ver, as its bytes hold it:
+// without the counts its count fields keep (counted).
+func (c *claimCache) put(rec *backend.Record, counted backend.Tally, ver string) {
+	bs := encodeBytes(rec, counted)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -54,8 +54,8 @@ func (c *claimCache) put(rec *backend.Record, ver string) {
 	c.m[claimID{rec.Scope, rec.Key, rec.Token}] = cachedClaim{bytes: bs, ver: ver}
 }
 
-// take removes the claim of (scope, key, token) and returns its record
-// and version.
+// take removes the claim of (scope, key, token) and returns its record,
+// as its bytes hold it, and version.
 func (c *claimCache) take(scope, key string, token uint64) (*backend.Record, string, bool) {
 	id := claimID{scope, key, token}
 	c.mu.Lock()
@@ -83,7 +83,7 @@ func (b *Backend) fencedCached(ctx context.Context, op string, k keys, scope, ke
 		return false, nil
 	}
 	ttlFrom := fn(rec)
-	res, nv, err := b.put(ctx, k, ver, token, rec, ttlFrom)
+	res, nv, err := b.put(ctx, k, ver, backend.Tally{}, token, rec, ttlFrom)
 	switch {
 	case err != nil:
 		return true, backend.Unavailable(op, err)
@@ -91,7 +91,7 @@ func (b *Backend) fencedCached(ctx context.Context, op string, k keys, scope, ke
 		return true, &backend.FencedError{Scope: scope, Key: key, Token: token}
 	case res == putWritten:
 		if rec.State == backend.StateInProgress {
-			b.claims.put(rec, nv)
+			b.claims.put(rec, backend.Tally{}, nv)
 		}
 		return true, nil
 	}

@@ -9,14 +9,12 @@ package redisstore_test
 // replica of the new one), lets the Stores run on and, for longer runs,
 // kills again. At the end it reads every acknowledged key back: a key that
 // is not done with the body acknowledged is lost; a key with two ledger
-// lines ran twice; a token that two claims of one shard received is a
-// repeat.
+// lines ran twice; a token that two claims received is a repeat.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"strconv"
 	"sync"
@@ -38,7 +36,7 @@ type failoverRun struct {
 type failoverLedger struct {
 	mu      sync.Mutex
 	effects map[string][]uint64 // by key: the tokens whose effect ran
-	claims  map[[2]uint64]int   // by (shard, token): the claims given it
+	claims  map[uint64]int      // by token: the claims given it
 	acks    map[string][]string // by key: the bodies Do returned
 }
 
@@ -53,14 +51,6 @@ func (l *failoverLedger) committed(key string, token uint64) bool {
 	return false
 }
 
-// shardOf is the shard redisstore puts (scope, key) in: fnv-32a of
-// "scope\x00key", modulo Shards. Tokens are unique within a shard.
-func shardOf(scope, key string) uint64 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(scope + "\x00" + key))
-	return uint64(h.Sum32() % redisstore.Shards)
-}
-
 func runFailover(t *testing.T, replicas, kills, workers int) failoverRun {
 	g, err := redistest.StartGroup(ctx, nil)
 	if err != nil {
@@ -68,7 +58,7 @@ func runFailover(t *testing.T, replicas, kills, workers int) failoverRun {
 	}
 	t.Cleanup(g.Stop)
 	const scope = "failover"
-	l := &failoverLedger{effects: map[string][]uint64{}, claims: map[[2]uint64]int{}, acks: map[string][]string{}}
+	l := &failoverLedger{effects: map[string][]uint64{}, claims: map[uint64]int{}, acks: map[string][]string{}}
 	resolver := idem.ResolverFunc(func(_ context.Context, rec *idem.Record) (idem.Resolution, error) {
 		if l.committed(rec.Key, rec.Token) {
 			return idem.Resolution{Verdict: idem.VerdictCommitted, Result: crashResult(rec.Key, rec.Token)}, nil
@@ -78,7 +68,7 @@ func runFailover(t *testing.T, replicas, kills, workers int) failoverRun {
 	observer := idem.ObserverFunc(func(e idem.Event) {
 		if e.Kind == idem.EventClaimed {
 			l.mu.Lock()
-			l.claims[[2]uint64{shardOf(e.Scope, e.Key), e.Token}]++
+			l.claims[e.Token]++
 			l.mu.Unlock()
 		}
 	})
@@ -186,11 +176,11 @@ func runFailover(t *testing.T, replicas, kills, workers int) failoverRun {
 			t.Logf("twice: %s ran with tokens %v", key, toks)
 		}
 	}
-	for id, n := range l.claims {
+	for tok, n := range l.claims {
 		run.claims += n
 		if n > 1 {
 			run.repeats++
-			t.Logf("repeat: token %d given to %d claims of shard %d", id[1], n, id[0])
+			t.Logf("repeat: token %d given to %d claims", tok, n)
 		}
 	}
 	return run

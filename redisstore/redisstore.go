@@ -85,6 +85,9 @@ type Backend struct {
 	// Backend's call shares it); calls numbers the calls.
 	nonces string
 	calls  atomic.Uint64
+	// found is above zero while Claim has lately found records more
+	// often than it claimed (noteFound).
+	found atomic.Int32
 }
 
 var (
@@ -271,6 +274,7 @@ func (b *Backend) Close() error {
 type keys struct {
 	rec, stale, exp, ver, tok string
 	member                    string // the record's member in the shard's indexes
+	shard                     int
 }
 
 // keysOf names the keys of (scope, key). A zero byte, which neither a
@@ -285,7 +289,7 @@ func (b *Backend) keysOf(scope, key string) keys {
 func (b *Backend) shardKeys(shard int, member string) keys {
 	tag := "{" + b.prefix + ":" + strconv.Itoa(shard) + "}"
 	return keys{rec: tag + ":r:" + member, stale: tag + ":stale", exp: tag + ":exp", ver: tag + ":ver",
-		tok: tag + ":tok", member: member}
+		tok: tag + ":tok", member: member, shard: shard}
 }
 
 func (b *Backend) check(ctx context.Context) error {

@@ -19,28 +19,29 @@ import "github.com/redis/go-redis/v9"
 // drawToken is the Lua that draws a fencing token from the shard's token
 // hash (KEYS[5]): fields id (the server's run id and replication id when
 // the epoch began), e (the epoch, milliseconds of the server's clock since
-// 2025-01-01 UTC) and n (the tokens drawn in it). A token is e*4096+n.
-// A new epoch, at least one past the last and never behind the clock,
-// begins when the server serving the script is not the one that began the
-// current epoch (a replica promoted by a failover, a restart), or after
-// 4095 tokens. So a primary never draws a token that another primary
-// drew, even one whose increments it never received, as long as the
-// servers' clocks differ by less than a failover takes. A token stays
-// below 2^53, exact in Lua's numbers and in JSON.
+// 2025-01-01 UTC) and n (the tokens drawn in it). A token is
+// (e*256+n)*16 + the shard (ARGV[7]), so two shards never draw the same
+// one. A new epoch, at least one past the last and never behind the
+// clock, begins when the server serving the script is not the one that
+// began the current epoch (a replica promoted by a failover, a restart),
+// or after 255 tokens. So a primary never draws a token that another
+// primary drew, even one whose increments it never received, as long as
+// the servers' clocks differ by less than a failover takes. A token stays
+// below 2^53 until 2094, exact in Lua's numbers and in JSON.
 const drawToken = `
-local function draw(tk)
+local function draw(tk, shard)
   local info = redis.call('INFO', 'server', 'replication')
   local id = (string.match(info, 'run_id:(%x+)') or '') .. ':' .. (string.match(info, 'master_replid:(%x+)') or '')
   local f = redis.call('HMGET', tk, 'id', 'e', 'n')
   local e, n = tonumber(f[2]) or 0, tonumber(f[3]) or 0
-  if f[1] ~= id or n >= 4095 then
+  if f[1] ~= id or n >= 255 then
     local now = redis.call('TIME')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 1735689600000
     e, n = math.max(e + 1, ms), 0
   end
   n = n + 1
   redis.call('HSET', tk, 'id', id, 'e', string.format('%.0f', e), 'n', n)
-  return string.format('%.0f', e * 4096 + n)
+  return string.format('%.0f', (e * 256 + n) * 16 + tonumber(shard))
 end
 `
 
@@ -50,22 +51,51 @@ end
 // ARGV: [1] the version the claim replaces ("0": no record), [2] the
 // claim's bytes, encoded with token 0 (the token is field t: decodeStored
 // puts it in), [3] its score in the stale index, [4] its member in the
-// indexes, [5] the claiming call's nonce.
+// indexes, [5] the claiming call's nonce, [6] "1" to keep the count
+// fields (a released record's claim), "0" to drop them (a new life),
+// [7] the record's shard.
 //
-// It returns {1, new version, token} when written, and {0, v, b, t, c}
-// (the record as it is, with the nonce of the call that wrote its claim)
-// when the version is not ARGV[1].
+// It returns {1, new version, token} when written, and {0, v, b, t, c,
+// rp, cf, mm, lr, lj} (the record as it is, with the nonce of the call
+// that wrote its claim) when the version is not ARGV[1].
 var claimScript = redis.NewScript(drawToken + `
-local f = redis.call('HMGET', KEYS[1], 'v', 'b', 't', 'c')
+local f = redis.call('HMGET', KEYS[1], 'v', 'b', 't', 'c', 'rp', 'cf', 'mm', 'lr', 'lj')
 local v = f[1] or '0'
-if v ~= ARGV[1] then return {0, v, f[2], f[3], f[4]} end
-local tok = draw(KEYS[5])
+if v ~= ARGV[1] then return {0, v, f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]} end
+local tok = draw(KEYS[5], ARGV[7])
 local nv = redis.call('INCR', KEYS[4])
+if ARGV[6] ~= '1' then redis.call('HDEL', KEYS[1], 'rp', 'cf', 'mm', 'lr', 'lj') end
 redis.call('HSET', KEYS[1], 'b', ARGV[2], 'v', nv, 't', tok, 's', '1', 'c', ARGV[5])
 redis.call('PERSIST', KEYS[1])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 redis.call('ZREM', KEYS[3], ARGV[4])
 return {1, nv, tok}
+`)
+
+// tallyScript adds counts to a record's count fields, which a read adds
+// to the counts its bytes hold; they expire with the record's key.
+//
+// KEYS: record. ARGV: [1] the token of the done record the counts were
+// taken on ("0": any record), [2] replays, [3] conflicts, [4] mismatches,
+// [5] the last replay's time and [6] the last rejection's, in Unix
+// nanoseconds ("0": none; a later time replaces an earlier one).
+//
+// It returns 1 when it added them, 0 when the record is gone or is
+// another claim's.
+var tallyScript = redis.NewScript(`
+local t = redis.call('HGET', KEYS[1], 't')
+if not t or (ARGV[1] ~= '0' and t ~= ARGV[1]) then return 0 end
+if ARGV[2] ~= '0' then redis.call('HINCRBY', KEYS[1], 'rp', ARGV[2]) end
+if ARGV[3] ~= '0' then redis.call('HINCRBY', KEYS[1], 'cf', ARGV[3]) end
+if ARGV[4] ~= '0' then redis.call('HINCRBY', KEYS[1], 'mm', ARGV[4]) end
+local function later(f, at)
+  if at == '0' then return end
+  local cur = redis.call('HGET', KEYS[1], f)
+  if not cur or #at > #cur or (#at == #cur and at > cur) then redis.call('HSET', KEYS[1], f, at) end
+end
+later('lr', ARGV[5])
+later('lj', ARGV[6])
+return 1
 `)
 
 // putScript writes a record.
