@@ -5,9 +5,9 @@ package redisstore_test
 // go-redis failover client, call Do on one sequence of keys, all of them
 // on each key; an effect adds "key token" to a ledger the Resolver
 // answers from. The test SIGKILLs the primary, waits until the Sentinels
-// name the replica, restarts the old primary (the Sentinels make it a
-// replica of the new one), lets the Stores run on and, for longer runs,
-// kills again. At the end it reads every acknowledged key back: a key that
+// name the replica, restarts the old primary and waits until the primary
+// has its replica in sync again, lets the Stores run on and, for longer
+// runs, kills again. At the end it reads every acknowledged key back: a key that
 // is not done with the body acknowledged is lost; a key with two ledger
 // lines ran twice; a token that two claims received is a repeat.
 
@@ -52,7 +52,9 @@ func (l *failoverLedger) committed(key string, token uint64) bool {
 }
 
 func runFailover(t *testing.T, replicas, kills, workers int) failoverRun {
-	g, err := redistest.StartGroup(ctx, nil)
+	// Sentinel judges a primary down after 2 s without an answer: on a
+	// loaded machine 1 s makes it fail over from a live one too.
+	g, err := redistest.StartGroup(ctx, &redistest.GroupOptions{DownAfter: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +139,11 @@ func runFailover(t *testing.T, replicas, kills, workers int) failoverRun {
 		}
 		run.failover = append(run.failover, time.Since(killed))
 		if err := old.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The old primary comes back as a replica, in sync, before the
+		// next kill: each kill finds a replica that follows.
+		if _, err := g.WaitSynced(ctx); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second) // the Stores run on the new primary

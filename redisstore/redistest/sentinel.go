@@ -233,6 +233,32 @@ func (g *Group) WaitFailover(ctx context.Context, old *Server, timeout time.Dura
 	}
 }
 
+// WaitSynced waits until the server the Sentinels name as the primary
+// has every other server of the group as a replica online (after a
+// restart, once the Sentinels made the restarted server a replica and it
+// has synchronised), and returns that primary.
+func (g *Group) WaitSynced(ctx context.Context) (*Server, error) {
+	want := fmt.Sprintf("connected_slaves:%d\r", len(g.Servers)-1)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		p, err := g.Primary(ctx)
+		if err == nil {
+			c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
+			info, err2 := c.Info(ctx, "replication").Result()
+			_ = c.Close()
+			if err2 == nil && strings.Contains(info, "role:master") && strings.Contains(info, want) &&
+				strings.Count(info, "state=online") == len(g.Servers)-1 {
+				return p, nil
+			}
+			err = fmt.Errorf("%v %q", err2, info)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("the group did not synchronise: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Stop stops every Sentinel and server and removes their directories.
 func (g *Group) Stop() {
 	for _, s := range g.Sentinels {
