@@ -655,8 +655,8 @@ func lateDone(rec *backend.Record, l backend.LateCompletion, token uint64) {
 
 // AddTallies implements backend.Tallier. The counts go beside the
 // record, in its count fields, which a read adds to the record's own: a
-// batch is one pipelined round trip of tallyScript, one small write a
-// record, with no read and no record encoded. Counts taken on a done
+// batch is one pipelined round trip of tallyScript, one call a shard,
+// with no read and no record encoded. Counts taken on a done
 // record are dropped if the key was claimed again since (its token
 // moved); counts of a record that is gone are dropped.
 func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
@@ -673,8 +673,10 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 			byKey[id] = &c
 		}
 	}
-	ks := make([][]string, 0, len(byKey))
-	args := make([][]any, 0, len(byKey))
+	// One script call per shard, of at most tallyChunk records.
+	var ks [][]string
+	var args [][]any
+	open := map[int]int{} // shard → its call's index in ks and args
 	nanos := func(t time.Time) string {
 		if t.IsZero() {
 			return "0"
@@ -682,15 +684,26 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 		return strconv.FormatInt(t.UnixNano(), 10)
 	}
 	for _, t := range byKey {
-		ks = append(ks, []string{b.keysOf(t.Scope, t.Key).rec})
-		args = append(args, []any{strconv.FormatUint(t.Token, 10), t.Replays, t.Conflicts, t.Mismatches,
-			nanos(t.LastReplay), nanos(t.LastRejection)})
+		k := b.keysOf(t.Scope, t.Key)
+		i, ok := open[k.shard]
+		if !ok || len(ks[i]) == tallyChunk {
+			i = len(ks)
+			open[k.shard] = i
+			ks, args = append(ks, nil), append(args, nil)
+		}
+		ks[i] = append(ks[i], k.rec)
+		args[i] = append(args[i], strconv.FormatUint(t.Token, 10), t.Replays, t.Conflicts, t.Mismatches,
+			nanos(t.LastReplay), nanos(t.LastRejection))
 	}
 	if _, err := b.runMany(ctx, tallyScript, ks, args); err != nil {
 		return backend.Unavailable("add tallies", err)
 	}
 	return nil
 }
+
+// tallyChunk bounds the records one tallyScript call counts, so that no
+// call holds the server for long.
+const tallyChunk = 256
 
 // runMany runs s once for each of ks and args in one pipelined round trip
 // (followed by WAIT when the Backend waits for replicas), and returns the

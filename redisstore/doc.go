@@ -65,9 +65,9 @@
 //
 // Counts of replays and rejections (backend.Tallier) reach the server in
 // batches the Store merges in memory per key, every second or so: one
-// pipelined round trip of a small script per counted record that adds
-// them to its count fields (HINCRBY), with no read and no record
-// rewritten. A read adds the fields to the counts the bytes hold, and a
+// pipelined round trip of one script call per shard that adds each
+// record's counts to its count fields (HINCRBY), with no read and no
+// record rewritten. A read adds the fields to the counts the bytes hold, and a
 // write of the record leaves them out of its bytes; a claim that starts a
 // new life drops them. A replay is never a write.
 //

@@ -72,30 +72,39 @@ redis.call('ZREM', KEYS[3], ARGV[4])
 return {1, nv, tok}
 `)
 
-// tallyScript adds counts to a record's count fields, which a read adds
-// to the counts its bytes hold; they expire with the record's key.
+// tallyScript adds counts to records' count fields, which a read adds to
+// the counts a record's bytes hold; they expire with the record's key.
+// One call serves any number of records of one shard (one Cluster slot),
+// so that a batch costs the server one script call a shard.
 //
-// KEYS: record. ARGV: [1] the token of the done record the counts were
-// taken on ("0": any record), [2] replays, [3] conflicts, [4] mismatches,
-// [5] the last replay's time and [6] the last rejection's, in Unix
-// nanoseconds ("0": none; a later time replaces an earlier one).
+// KEYS: the records. ARGV: six for each record, in KEYS' order: the
+// token of the done record the counts were taken on ("0": any record),
+// replays, conflicts, mismatches, the last replay's time and the last
+// rejection's, in Unix nanoseconds ("0": none; a later time replaces an
+// earlier one).
 //
-// It returns 1 when it added them, 0 when the record is gone or is
-// another claim's.
+// It returns how many records it added counts to; a record that is gone,
+// or is another claim's, gets none.
 var tallyScript = redis.NewScript(`
-local t = redis.call('HGET', KEYS[1], 't')
-if not t or (ARGV[1] ~= '0' and t ~= ARGV[1]) then return 0 end
-if ARGV[2] ~= '0' then redis.call('HINCRBY', KEYS[1], 'rp', ARGV[2]) end
-if ARGV[3] ~= '0' then redis.call('HINCRBY', KEYS[1], 'cf', ARGV[3]) end
-if ARGV[4] ~= '0' then redis.call('HINCRBY', KEYS[1], 'mm', ARGV[4]) end
-local function later(f, at)
+local added = 0
+local function later(k, f, at)
   if at == '0' then return end
-  local cur = redis.call('HGET', KEYS[1], f)
-  if not cur or #at > #cur or (#at == #cur and at > cur) then redis.call('HSET', KEYS[1], f, at) end
+  local cur = redis.call('HGET', k, f)
+  if not cur or #at > #cur or (#at == #cur and at > cur) then redis.call('HSET', k, f, at) end
 end
-later('lr', ARGV[5])
-later('lj', ARGV[6])
-return 1
+for i, k in ipairs(KEYS) do
+  local a = (i - 1) * 6
+  local t = redis.call('HGET', k, 't')
+  if t and (ARGV[a + 1] == '0' or t == ARGV[a + 1]) then
+    if ARGV[a + 2] ~= '0' then redis.call('HINCRBY', k, 'rp', ARGV[a + 2]) end
+    if ARGV[a + 3] ~= '0' then redis.call('HINCRBY', k, 'cf', ARGV[a + 3]) end
+    if ARGV[a + 4] ~= '0' then redis.call('HINCRBY', k, 'mm', ARGV[a + 4]) end
+    later(k, 'lr', ARGV[a + 5])
+    later(k, 'lj', ARGV[a + 6])
+    added = added + 1
+  end
+end
+return added
 `)
 
 // putScript writes a record.
