@@ -72,7 +72,7 @@
 // new life drops them. A replay is never a write.
 //
 // A key's {tag} is its shard, one of Shards (16), hashed from scope and key:
-// the record, its shard's stale index, expiry index and version counter
+// the record, its shard's stale index, expiry index, version counter
 // and token hash share one tag, so one Cluster slot, and a script touches
 // only keys of one slot. The conformance suite runs on a Cluster of three
 // primaries too (TestConformance_Cluster).
