@@ -66,7 +66,9 @@ local tok = draw(KEYS[5], ARGV[7])
 local nv = redis.call('INCR', KEYS[4])
 if ARGV[6] ~= '1' then redis.call('HDEL', KEYS[1], 'rp', 'cf', 'mm', 'lr', 'lj') end
 redis.call('HSET', KEYS[1], 'b', ARGV[2], 'v', nv, 't', tok, 's', '1', 'c', ARGV[5])
-redis.call('PERSIST', KEYS[1])
+-- Over a released or expired record its TTL goes (a new key has none);
+-- an expiry entry may outlive the record the server expired.
+if v ~= '0' then redis.call('PERSIST', KEYS[1]) end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 redis.call('ZREM', KEYS[3], ARGV[4])
 return {1, nv, tok}
@@ -119,11 +121,9 @@ return added
 // It returns {1, new version} when written, {0} when the version changed,
 // and {-1} when the record is not in progress with the fencing token.
 var putScript = redis.NewScript(`
-local v = redis.call('HGET', KEYS[1], 'v') or '0'
-if ARGV[2] ~= '0' then
-  local f = redis.call('HMGET', KEYS[1], 't', 's')
-  if f[1] ~= ARGV[2] or f[2] ~= '1' then return {-1} end
-end
+local f = redis.call('HMGET', KEYS[1], 'v', 't', 's')
+local v = f[1] or '0'
+if ARGV[2] ~= '0' and (f[2] ~= ARGV[2] or f[3] ~= '1') then return {-1} end
 if v ~= ARGV[1] then return {0} end
 local nv = redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[1], 'b', ARGV[3], 'v', nv, 't', ARGV[4], 's', ARGV[5])
