@@ -65,7 +65,8 @@ type idemRedisStore struct {
 }
 
 // Drop implements Dropper: it unlinks the store's keys (every shard's,
-// the token counter and the layout).
+// the token hashes among them, the layout, and the token counter of
+// layout 1).
 func (s *idemRedisStore) Drop(ctx context.Context) error {
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
 	defer rdb.Close()

@@ -95,6 +95,25 @@ func (s *redisStore) Complete(ctx context.Context, key string, a Attempt, result
 	return s.rdb.Set(ctx, s.prefix+key, done, retention).Err()
 }
 
+// FreshReplays implements FreshReplayer: the peer keeps no cache, and its
+// Begin is a write (SET NX GET); its uncached figure is the read a
+// replay needs alone, one GET of the key and the record decoded, the
+// floor redisstore's uncached replays are judged against.
+func (s *redisStore) FreshReplays(context.Context) (func(ctx context.Context, pass int, key, fp string) (Attempt, error), func() error) {
+	begin := func(ctx context.Context, _ int, key, fp string) (Attempt, error) {
+		b, err := s.rdb.Get(ctx, s.prefix+key).Bytes()
+		if err != nil {
+			return Attempt{}, err
+		}
+		r, err := decodeRecord(b)
+		if err != nil {
+			return Attempt{}, err
+		}
+		return attemptOf(r, fp)
+	}
+	return begin, func() error { return nil }
+}
+
 // setAll writes value for every key through pipelines of 1,000 commands.
 func (s *redisStore) setAll(ctx context.Context, keys []string, value []byte) error {
 	for len(keys) > 0 {

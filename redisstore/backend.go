@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -19,18 +18,32 @@ import (
 type stored struct {
 	rec *backend.Record // nil: no record
 	ver string          // "0" when there is no record
+	// counted are the counts kept in the record's count fields, which
+	// rec includes: a write of rec leaves them out of its bytes, since
+	// the fields stay.
+	counted backend.Tally
 }
+
+// recordFields are the fields a read fetches, in decodeStored's order:
+// the bytes, the version, the token, and the counts added beside the
+// bytes (replays, conflicts, mismatches, the last replay's and the last
+// rejection's times in Unix nanoseconds).
+var recordFields = []string{"b", "v", "t", "rp", "cf", "mm", "lr", "lj"}
 
 // read reads the record of k.
 func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
-	vals, err := b.c.HMGet(ctx, k.rec, "b", "v").Result()
+	vals, err := b.c.HMGet(ctx, k.rec, recordFields...).Result()
 	if err != nil {
 		return stored{}, err
 	}
 	return decodeStored(vals)
 }
 
-// decodeStored decodes HMGET's answer for b and v.
+// decodeStored decodes HMGET's answer for recordFields. A claim is
+// written with token 0 in its bytes, since the script that writes it
+// draws the token: field t holds it, and decodeStored puts it in the
+// record and in the claim's attempt. The count fields are added to the
+// record's counts.
 func decodeStored(vals []any) (stored, error) {
 	bs, _ := vals[0].(string)
 	ver, _ := vals[1].(string)
@@ -41,7 +54,38 @@ func decodeStored(vals []any) (stored, error) {
 	if err != nil {
 		return stored{ver: ver}, err
 	}
-	return stored{rec: rec, ver: ver}, nil
+	if rec.Token == 0 {
+		ts, _ := vals[2].(string)
+		tok, err := strconv.ParseUint(ts, 10, 64)
+		if err != nil {
+			return stored{ver: ver}, fmt.Errorf("%w: record without a token (field t %q)", backend.ErrCorrupt, ts)
+		}
+		setToken(rec, tok)
+	}
+	num := func(i int) int64 {
+		v, _ := vals[i].(string)
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	at := func(i int) time.Time {
+		if n := num(i); n > 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	}
+	counted := backend.Tally{Replays: num(3), Conflicts: num(4), Mismatches: num(5), LastReplay: at(6), LastRejection: at(7)}
+	rec.AddTally(counted)
+	return stored{rec: rec, ver: ver, counted: counted}, nil
+}
+
+// setToken gives a claim written with token 0 its token.
+func setToken(rec *backend.Record, tok uint64) {
+	rec.Token = tok
+	for i := range rec.Attempts {
+		if rec.Attempts[i].Token == 0 {
+			rec.Attempts[i].Token = tok
+		}
+	}
 }
 
 // putResult is what putScript did.
@@ -53,19 +97,43 @@ const (
 	putWritten  putResult = 1
 )
 
-// put writes rec over the version ver, fenced by fence (0: not fenced).
+// put writes rec over the version ver, fenced by fence (0: not fenced),
+// and returns what the script did and the record's new version. counted
+// are the counts of rec kept in the count fields (stored.counted): its
+// bytes leave them out.
 // ttlFrom is when a done or released record's retention starts, for its
 // TTL; zero keeps the key's TTL.
-func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, error) {
+func (b *Backend) put(ctx context.Context, k keys, ver string, counted backend.Tally, fence uint64, rec *backend.Record, ttlFrom time.Time) (putResult, string, error) {
+	ks, args := b.putArgs(k, ver, counted, fence, rec, ttlFrom)
+	res, err := b.run(ctx, putScript, ks, args)
+	if err != nil {
+		return 0, "", err
+	}
+	return putAnswer(res)
+}
+
+// putAnswer reads putScript's answer.
+func putAnswer(res any) (putResult, string, error) {
+	out, ok := res.([]any)
+	if !ok || len(out) == 0 {
+		return 0, "", fmt.Errorf("unexpected answer %v", res)
+	}
+	n, _ := out[0].(int64)
+	var nv string
+	if len(out) > 1 {
+		v, _ := out[1].(int64)
+		nv = strconv.FormatInt(v, 10)
+	}
+	return putResult(n), nv, nil
+}
+
+// putArgs returns putScript's keys and arguments.
+func (b *Backend) putArgs(k keys, ver string, counted backend.Tally, fence uint64, rec *backend.Record, ttlFrom time.Time) ([]string, []any) {
 	stale, exp, ttl := "-", "-", "k"
 	if rec.State == backend.StateInProgress {
 		ttl = "0"
 		if !rec.Attention {
-			at := rec.LeaseEnds
-			if rec.NextCheck.After(at) {
-				at = rec.NextCheck
-			}
-			stale = strconv.FormatInt(at.UnixMilli(), 10)
+			stale = staleScore(rec)
 		}
 	} else {
 		exp = strconv.FormatInt(rec.ExpiresAt.UnixMilli(), 10)
@@ -73,26 +141,39 @@ func (b *Backend) put(ctx context.Context, k keys, ver string, fence uint64, rec
 			ttl = strconv.FormatInt(max(rec.ExpiresAt.Sub(ttlFrom), 0).Milliseconds()+b.margin.Milliseconds(), 10)
 		}
 	}
-	rec.Format = backend.Format
-	args := []any{ver, strconv.FormatUint(fence, 10), backend.EncodeRecord(rec),
+	args := []any{ver, strconv.FormatUint(fence, 10), encodeBytes(rec, counted),
 		strconv.FormatUint(rec.Token, 10), strconv.Itoa(int(rec.State)), stale, exp, k.member, ttl}
-	ks := []string{k.rec, k.stale, k.exp, k.ver}
-	var res any
-	var err error
+	return []string{k.rec, k.stale, k.exp, k.ver}, args
+}
+
+// encodeBytes encodes rec for its field b: its counts less counted, the
+// counts its count fields keep.
+func encodeBytes(rec *backend.Record, counted backend.Tally) []byte {
+	w := *rec
+	w.Format = backend.Format
+	w.Replays -= counted.Replays
+	w.Conflicts -= counted.Conflicts
+	w.Mismatches -= counted.Mismatches
+	return backend.EncodeRecord(&w)
+}
+
+// staleScore is an open claim's score in its shard's stale index: when it
+// is due, the later of its lease end and its next check.
+func staleScore(rec *backend.Record) string {
+	at := rec.LeaseEnds
+	if rec.NextCheck.After(at) {
+		at = rec.NextCheck
+	}
+	return strconv.FormatInt(at.UnixMilli(), 10)
+}
+
+// run runs s, followed by WAIT on the same connection when the Backend
+// waits for replicas.
+func (b *Backend) run(ctx context.Context, s *redis.Script, ks []string, args []any) (any, error) {
 	if b.replicas > 0 {
-		res, err = b.runWaited(ctx, putScript, ks, args)
-	} else {
-		res, err = putScript.Run(ctx, b.c, ks, args...).Result()
+		return b.runWaited(ctx, s, ks, args)
 	}
-	if err != nil {
-		return 0, err
-	}
-	out, ok := res.([]any)
-	if !ok || len(out) == 0 {
-		return 0, fmt.Errorf("unexpected answer %v", res)
-	}
-	n, _ := out[0].(int64)
-	return putResult(n), nil
+	return s.Run(ctx, b.c, ks, args...).Result()
 }
 
 // runWaited runs s and then WAIT on one connection, and fails unless
@@ -128,47 +209,106 @@ func (b *Backend) runWaited(ctx context.Context, s *redis.Script, ks []string, a
 	return res, err
 }
 
-// Claim implements backend.Backend. It reads the record; if it is
-// claimable it draws a token (INCR) and writes the claim with putScript,
-// which fails if the record changed since it was read: Claim then decides
-// again on the record as it is.
+// Claim implements backend.Backend. It writes the claim with claimScript
+// over the version it expects ("0", no record, at first), which draws the
+// token on the server: a new key is claimed in one round trip. When the
+// version is another, the script answers with the record as it is, and
+// Claim decides on it: a replay, a claim in progress or a mismatch ends
+// there; a released or expired record is claimed over its version.
 func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.ClaimArgs) (*backend.Record, bool, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, false, err
 	}
 	k := b.keysOf(scope, key)
-	var tried []uint64 // the tokens this call wrote claims with
-	for {
-		s, err := b.read(ctx, k)
-		if err != nil {
+	nonce := b.nonce()
+	cur := stored{ver: "0"}
+	if b.refused() != nil || b.found.Load() > 0 {
+		// New claims are refused (a replay or a claim in progress is
+		// still answered), or most recent calls found a record: read
+		// first, with a plain HMGET, cheaper on the server than the
+		// script.
+		var err error
+		if cur, err = b.read(ctx, k); err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
-		if r := s.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
-			// A claim of this call's own whose answer was lost (the
-			// client sent the script again, and found it written).
-			mine := r.State == backend.StateInProgress && slices.Contains(tried, r.Token)
-			return r, mine, nil
+	}
+	for {
+		if r := cur.rec; r != nil && r.State != backend.StateReleased && !r.Expired(args.Now) {
+			b.noteFound(1)
+			return r, false, nil
 		}
 		if err := b.refused(); err != nil {
 			return nil, false, err
 		}
-		token, err := b.c.Incr(ctx, b.tokensKey()).Uint64()
+		n := newClaim(scope, key, 0, args, cur.rec)
+		// A released record's counts go on, in its count fields and its
+		// bytes; an expired one's life ends, and its count fields go.
+		keep, counted := "1", cur.counted
+		if cur.rec == nil || cur.rec.State != backend.StateReleased {
+			keep, counted = "0", backend.Tally{}
+		}
+		res, err := b.run(ctx, claimScript, []string{k.rec, k.stale, k.exp, k.ver, k.tok},
+			[]any{cur.ver, encodeBytes(n, counted), staleScore(n), k.member, nonce, keep, k.shard})
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
-		n := newClaim(scope, key, token, args, s.rec)
-		tried = append(tried, token)
-		res, err := b.put(ctx, k, s.ver, 0, n, time.Time{})
-		if err != nil {
-			return nil, false, backend.Unavailable("claim", err)
-		}
-		if res == putWritten {
+		out, _ := res.([]any)
+		if len(out) == 3 && out[0] == int64(1) {
+			nv, _ := out[1].(int64)
+			ts, _ := out[2].(string)
+			tok, err := strconv.ParseUint(ts, 10, 64)
+			if err != nil {
+				return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected token %q", ts))
+			}
+			setToken(n, tok)
+			b.claims.put(n, counted, strconv.FormatInt(nv, 10))
+			b.noteFound(-1)
 			return n, true, nil
+		}
+		if len(out) != 10 {
+			return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected answer %v", res))
+		}
+		vals := []any{out[2], out[1], out[3], out[5], out[6], out[7], out[8], out[9]}
+		if c, _ := out[4].(string); c == nonce {
+			// This call's own claim, whose answer was lost: the client
+			// sent the script again and found it written.
+			s, err := decodeStored(vals)
+			if err != nil || s.rec == nil || s.rec.State != backend.StateInProgress {
+				return nil, false, backend.Unavailable("claim", fmt.Errorf("own claim unreadable: %v", err))
+			}
+			return s.rec, true, nil
+		}
+		cur, err = decodeStored(vals)
+		if err != nil {
+			return nil, false, backend.Unavailable("claim", err)
 		}
 		if err := b.check(ctx); err != nil {
 			return nil, false, err
 		}
 	}
+}
+
+// noteFound moves the Backend's estimate of whether Claim finds a record
+// (replays, claims in progress, mismatches) more often than not, by d,
+// within ±foundBound: while it is above zero, Claim reads before it
+// writes.
+func (b *Backend) noteFound(d int32) {
+	for {
+		f := b.found.Load()
+		n := min(max(f+d, -foundBound), foundBound)
+		if n == f || b.found.CompareAndSwap(f, n) {
+			return
+		}
+	}
+}
+
+// foundBound bounds Backend.found: after a run of replays, this many
+// claims of new keys switch Claim back to writing first.
+const foundBound = 16
+
+// nonce returns a value no other Claim call of any Backend uses.
+func (b *Backend) nonce() string {
+	return b.nonces + strconv.FormatUint(b.calls.Add(1), 36)
 }
 
 // newClaim builds a claim with token over rec (nil, released or expired).
@@ -209,6 +349,11 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		return err
 	}
 	k := b.keysOf(scope, key)
+	if state == backend.StateInProgress {
+		if done, err := b.fencedCached(ctx, op, k, scope, key, token, fn); done {
+			return err
+		}
+	}
 	for {
 		s, err := b.read(ctx, k)
 		if err != nil {
@@ -226,11 +371,14 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		if state != backend.StateInProgress {
 			fence = 0
 		}
-		res, err := b.put(ctx, k, s.ver, fence, rec, ttlFrom)
+		res, nv, err := b.put(ctx, k, s.ver, s.counted, fence, rec, ttlFrom)
 		switch {
 		case err != nil:
 			return backend.Unavailable(op, err)
 		case res == putWritten:
+			if state == backend.StateInProgress {
+				b.claims.put(rec, s.counted, nv)
+			}
 			return nil
 		case res == putFenced:
 			return &backend.FencedError{Scope: scope, Key: key, Token: token}
@@ -315,7 +463,7 @@ func (b *Backend) readMany(ctx context.Context, ks []keys) ([]stored, []error, e
 	cmds := make([]*redis.SliceCmd, len(ks))
 	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range ks {
-			cmds[i] = p.HMGet(ctx, k.rec, "b", "v")
+			cmds[i] = p.HMGet(ctx, k.rec, recordFields...)
 		}
 		return nil
 	})
@@ -484,7 +632,7 @@ func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uin
 			rec.Attempts = l.Story(rec.Attempts, token, true)
 			ttlFrom = time.Time{} // the key keeps its TTL, or an open claim none
 		}
-		res, err := b.put(ctx, k, s.ver, 0, rec, ttlFrom)
+		res, _, err := b.put(ctx, k, s.ver, s.counted, 0, rec, ttlFrom)
 		if err != nil {
 			return 0, backend.Unavailable("complete late", err)
 		}
@@ -505,9 +653,12 @@ func lateDone(rec *backend.Record, l backend.LateCompletion, token uint64) {
 	rec.Attempts = l.Story(rec.Attempts, token, false)
 }
 
-// AddTallies implements backend.Tallier: a batch is one round trip of
-// reads and one of writes (each a putScript over the version read); the
-// records that changed in between are read and written again.
+// AddTallies implements backend.Tallier. The counts go beside the
+// record, in its count fields, which a read adds to the record's own: a
+// batch is one pipelined round trip of tallyScript, one call a shard,
+// with no read and no record encoded. Counts taken on a done
+// record are dropped if the key was claimed again since (its token
+// moved); counts of a record that is gone are dropped.
 func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -522,37 +673,85 @@ func (b *Backend) AddTallies(ctx context.Context, tallies []backend.Tally) error
 			byKey[id] = &c
 		}
 	}
-	for round := 0; len(byKey) > 0; round++ {
-		if round == 10 {
-			return backend.Unavailable("add tallies", fmt.Errorf("%d records changed under every one of 10 rounds", len(byKey)))
+	// One script call per shard, of at most tallyChunk records.
+	var ks [][]string
+	var args [][]any
+	open := map[int]int{} // shard → its call's index in ks and args
+	nanos := func(t time.Time) string {
+		if t.IsZero() {
+			return "0"
 		}
-		ids := make([][2]string, 0, len(byKey))
-		ks := make([]keys, 0, len(byKey))
-		for id := range byKey {
-			ids = append(ids, id)
-			ks = append(ks, b.keysOf(id[0], id[1]))
+		return strconv.FormatInt(t.UnixNano(), 10)
+	}
+	for _, t := range byKey {
+		k := b.keysOf(t.Scope, t.Key)
+		i, ok := open[k.shard]
+		if !ok || len(ks[i]) == tallyChunk {
+			i = len(ks)
+			open[k.shard] = i
+			ks, args = append(ks, nil), append(args, nil)
 		}
-		recs, errs, err := b.readMany(ctx, ks)
-		if err != nil {
-			return backend.Unavailable("add tallies", err)
-		}
-		for i, id := range ids {
-			s := recs[i]
-			if errs[i] != nil || s.rec == nil {
-				delete(byKey, id) // gone, or left for an operator
-				continue
-			}
-			s.rec.AddTally(*byKey[id])
-			res, err := b.put(ctx, ks[i], s.ver, 0, s.rec, time.Time{})
-			if err != nil {
-				return backend.Unavailable("add tallies", err)
-			}
-			if res == putWritten {
-				delete(byKey, id)
-			}
-		}
+		ks[i] = append(ks[i], k.rec)
+		args[i] = append(args[i], strconv.FormatUint(t.Token, 10), t.Replays, t.Conflicts, t.Mismatches,
+			nanos(t.LastReplay), nanos(t.LastRejection))
+	}
+	if _, err := b.runMany(ctx, tallyScript, ks, args); err != nil {
+		return backend.Unavailable("add tallies", err)
 	}
 	return nil
+}
+
+// tallyChunk bounds the records one tallyScript call counts, so that no
+// call holds the server for long.
+const tallyChunk = 256
+
+// runMany runs s once for each of ks and args in one pipelined round trip
+// (followed by WAIT when the Backend waits for replicas), and returns the
+// answers in order.
+func (b *Backend) runMany(ctx context.Context, s *redis.Script, ks [][]string, args [][]any) ([]any, error) {
+	if len(ks) == 0 {
+		return nil, nil
+	}
+	run := func(sha bool) ([]any, error) {
+		cmds := make([]*redis.Cmd, len(ks))
+		var acked *redis.Cmd
+		_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range ks {
+				if sha {
+					cmds[i] = s.EvalSha(ctx, p, ks[i], args[i]...)
+				} else {
+					cmds[i] = s.Eval(ctx, p, ks[i], args[i]...)
+				}
+			}
+			if b.replicas > 0 {
+				acked = p.Do(ctx, "WAIT", b.replicas, b.waitMS)
+			}
+			return nil
+		})
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return nil, err
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if acked != nil {
+			if n, _ := acked.Int64(); n < int64(b.replicas) {
+				return nil, fmt.Errorf("written on the primary, acknowledged by %d of %d replicas", n, b.replicas)
+			}
+		}
+		out := make([]any, len(cmds))
+		for i, c := range cmds {
+			out[i] = c.Val()
+		}
+		return out, nil
+	}
+	res, err := run(true)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = run(false)
+	}
+	return res, err
 }
 
 // Scan implements backend.Lister: it walks the store's record keys with
@@ -566,7 +765,7 @@ func (b *Backend) Scan(ctx context.Context, fn func(*backend.Record) bool) error
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, "{"+b.prefix+":*}:r:*", 256).Iterator()
 		for it.Next(ctx) {
-			vals, err := c.HMGet(ctx, it.Val(), "b", "v").Result()
+			vals, err := c.HMGet(ctx, it.Val(), recordFields...).Result()
 			if err != nil {
 				return err
 			}

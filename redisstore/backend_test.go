@@ -1,11 +1,16 @@
 package redisstore_test
 
 import (
+	"fmt"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/backend"
+	"github.com/idemkit/idem/redisstore"
+	"github.com/idemkit/idem/redisstore/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -67,12 +72,12 @@ func TestBackend_Keys_OneSlotPerRecordAndItsIndexes(t *testing.T) {
 	}
 }
 
-func TestBackend_Claim_TokensFromIncr(t *testing.T) {
+func TestBackend_Claim_TokensGrow(t *testing.T) {
 	c := client(t)
 	b := newBackend(t, c, nil)
 	now := time.Now()
 	var last uint64
-	for i := range 5 {
+	for i := range 600 { // past an epoch's 255 tokens
 		rec, claimed, err := b.Claim(ctx, "s", "k", claimArgs(now))
 		if err != nil || !claimed {
 			t.Fatalf("claim %d: %v %v", i, claimed, err)
@@ -80,11 +85,78 @@ func TestBackend_Claim_TokensFromIncr(t *testing.T) {
 		if rec.Token <= last {
 			t.Fatalf("token %d after %d", rec.Token, last)
 		}
+		if rec.Token >= 1<<53 {
+			t.Fatalf("token %d is not exact in a float64", rec.Token)
+		}
 		last = rec.Token
 		if err := b.Release(ctx, "s", "k", rec.Token, backend.Releasing{At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A replica promoted after missing the last claims draws tokens above
+// every token the old primary drew: its epoch is a new one.
+func TestBackend_Claim_TokensNeverRepeatAfterPromotion(t *testing.T) {
+	primary := client(t)
+	replica, err := redistest.Start(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Stop)
+	rc := replica.Client()
+	t.Cleanup(func() { _ = rc.Close() })
+	prefix := fmt.Sprintf("promo%d", os.Getpid())
+	b := newBackend(t, primary, &redisstore.Options{Prefix: prefix})
+	now := time.Now()
+	tokens := map[uint64]bool{}
+	claim := func(b *redisstore.Backend, key string) {
+		t.Helper()
+		rec, claimed, err := b.Claim(ctx, "s", key, claimArgs(now))
+		if err != nil || !claimed {
+			t.Fatalf("claim %s: %v %v", key, claimed, err)
+		}
+		if tokens[rec.Token] {
+			t.Fatalf("token %d drawn twice", rec.Token)
+		}
+		tokens[rec.Token] = true
+	}
+	for i := range 20 {
+		claim(b, fmt.Sprint("a", i))
+	}
+	// The replica copies the primary as it is now, and misses what follows.
+	host, port, _ := net.SplitHostPort(server.Addr)
+	if err := rc.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		info, _ := rc.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	if err := primary.Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ReplicaOf(ctx, "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		claim(b, fmt.Sprint("b", i)) // the old primary goes on: lost in the failover
+	}
+	nb := newBackend(t, rc, &redisstore.Options{Prefix: prefix})
+	for i := range 20 {
+		claim(nb, fmt.Sprint("b", i)) // the same keys, the same shards, on the promoted replica
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	for range 500 {
+		if ok() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("timed out")
 }
 
 func TestBackend_Reclaim_ServerExpiredRecordsLeaveNoEntries(t *testing.T) {

@@ -22,30 +22,59 @@
 // (backend.EncodeRecord, checksummed and versioned, so a record reads alike
 // from every backend and the command line's export reads it unchanged); v,
 // t and s hold the record's version, token and state, which the scripts
-// check without decoding it. A hash of fields, one per Record field, would
-// let Lua change a record in place, but would give up the checksum and
-// the shared format, and the story and result do not fit flat fields.
+// check without decoding it; rp, cf, mm, lr and lj hold counts added
+// beside it (below). A hash of fields, one per Record field, would let
+// Lua change a record in place, but would give up the checksum and the
+// shared format, and the story and result do not fit flat fields.
 //
-// Every write is a Lua script, atomic on the server: the Backend reads the
-// record, computes the new one in Go, and the script writes it only if the
-// version is still the one read, and, for Complete, Release, Extend, Defer
-// and Hold, only if the record is in progress with the caller's token (a
-// holder whose claim was recovered changes nothing and gets a
+// Every write is a Lua script, atomic on the server: the Backend computes
+// the new record in Go, and the script writes it only if the version is
+// still the one the Backend knows, and, for Complete, Release, Extend,
+// Defer and Hold, only if the record is in progress with the caller's
+// token (a holder whose claim was recovered changes nothing and gets a
 // *backend.FencedError). A version comes from a counter of the record's
 // shard, so it never comes back: a write never lands on a record that
 // changed and changed back. When the version moved (another writer won),
 // the Backend reads again and decides on the record as it is now: Claim
 // answers with the winner's record, a fenced write is refused if the token
-// moved, CompleteLate decides its outcome anew. Claim draws its token from
-// one INCR counter of the store (prefix:tokens) before writing: tokens
-// never repeat and grow with time on every key; a claim that loses its
-// race leaves its token unused.
+// moved, CompleteLate decides its outcome anew.
+//
+// A cycle is two round trips and two writes. Claim sends the claim script
+// over the version it expects (none, for a key it has not read): the
+// script draws the token and writes the claim, or answers with the record
+// as it is, on which Claim decides (a replay, a claim in progress, a
+// mismatch; a released or expired record is claimed over its version).
+// The claim's bytes carry token 0 and field t the token the script drew;
+// a read puts it in. While most of its recent calls found a record,
+// Claim reads first with a plain HMGET instead, so that a replay costs
+// the server a read, not a script. The Backend keeps the open claims it
+// made, with the version it wrote (up to 16,384): Complete, Release,
+// Extend, Hold and Defer of one of them write over that version in one
+// round trip, and read first only when the record changed since.
+//
+// Tokens are drawn inside the claim script from the shard's token hash,
+// {prefix:n}:tok: an epoch (milliseconds of the server's clock since
+// 2025) and a count within it, joined with the shard. A new epoch, past
+// the last and never behind the server's clock, begins whenever the
+// server drawing is not the one that began the current epoch (its run id
+// and replication id differ: a replica promoted by a failover, a
+// restarted server), and every 255 tokens. So tokens never repeat in a
+// store and grow with time on every key, a failover included, provided
+// the servers' clocks differ by less than a failover takes (Sentinel's
+// down-after-milliseconds, seconds); a token stays below 2^53.
+//
+// Counts of replays and rejections (backend.Tallier) reach the server in
+// batches the Store merges in memory per key, every second or so: one
+// pipelined round trip of one script call per shard that adds each
+// record's counts to its count fields (HINCRBY), with no read and no
+// record rewritten. A read adds the fields to the counts the bytes hold, and a
+// write of the record leaves them out of its bytes; a claim that starts a
+// new life drops them. A replay is never a write.
 //
 // A key's {tag} is its shard, one of Shards (16), hashed from scope and key:
-// the record, its shard's stale index, expiry index and version counter
-// share one tag, so one Cluster slot, and a script touches only keys of
-// one slot. The token counter is the one key outside the shards, written
-// by INCR alone. The conformance suite runs on a Cluster of three
+// the record, its shard's stale index, expiry index, version counter
+// and token hash share one tag, so one Cluster slot, and a script touches
+// only keys of one slot. The conformance suite runs on a Cluster of three
 // primaries too (TestConformance_Cluster).
 //
 // Expiry is the server's: a done or released record's key gets a TTL of
@@ -66,9 +95,7 @@
 // that do not need attention scored by when they are due (the later of the
 // lease end and the next check), up to limit members a shard in one
 // pipelined round trip, then their records: its cost follows the open
-// claims, not the done records. The counts of replays and rejections
-// (backend.Tallier) arrive in batches: one pipelined round trip reads a
-// batch's records, and each is written back over its version.
+// claims, not the done records.
 //
 // # Durability
 //
@@ -108,14 +135,20 @@
 // operator's REPLICAOF NO ONE) promotes a replica that may lack the last
 // writes the old primary acknowledged: claims, whose effects may then run
 // again, and results, whose repeats then run the effect again. WAIT with
-// Options.Replicas narrows the window to writes no replica had received,
-// but is no consensus: a failover may still promote a replica that was not
-// among those that acknowledged. The token counter can be rolled back too,
-// and a token drawn again after a failover can match a claim of a slow
-// holder that the lost writes had taken over. Where a failover must lose
-// nothing, use PostgreSQL (pgstore) with synchronous replication; a
-// failover on Redis is a loss window, as the embedded store's accepted
-// loss is, and the Resolver is the way to settle the keys it touched.
+// Options.Replicas set to the number of replicas makes every write wait
+// until each replica has it, so a promoted replica holds every
+// acknowledged write; it is no consensus (with fewer than every replica a
+// failover may promote one that did not acknowledge, and a write whose
+// WAIT failed may still be on the primary). Tokens stay unique through a
+// failover (above). Where a failover must lose nothing without counting
+// on WAIT, use PostgreSQL (pgstore) with synchronous replication; the
+// Resolver settles the keys a failover touched. TestFailover_Sentinel
+// kills the primary of a group with three Sentinels under load, and
+// docs/nemesis.md has its counts.
+//
+// Valkey: the scripts use only what Redis 7 and Valkey 7.2 and later
+// both accept (effects replication, INFO and TIME in a script); Debian
+// ships no Valkey server, so the tests run on Redis 7.0 only.
 //
 // # Caveats
 //
@@ -127,7 +160,9 @@
 // configure it by hand. Records written by a Backend with one Prefix are
 // invisible to another, and Shards is fixed. The key layout's version is
 // kept under prefix:layout; New refuses one it does not know
-// (ErrLayout). Scan (the command line's ls and
+// (ErrLayout); it moves layout 1 to 2, after which an older release
+// refuses the store: stop every older process before a newer one opens
+// it. Scan (the command line's ls and
 // export) walks the keyspace with SCAN: it sees every record present during
 // the whole walk at least once, and may see a record twice.
 package redisstore

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -79,6 +80,14 @@ type Backend struct {
 	// server that found it no longer keeps writes durably (nil when it
 	// does): Claim refuses new claims with it until a check passes.
 	refusal atomic.Pointer[error]
+	claims  claimCache // the open claims this Backend made
+	// nonces starts every Claim call's nonce (random, so no other
+	// Backend's call shares it); calls numbers the calls.
+	nonces string
+	calls  atomic.Uint64
+	// found is above zero while Claim has lately found records more
+	// often than it claimed (noteFound).
+	found atomic.Int32
 }
 
 var (
@@ -121,7 +130,8 @@ func New(ctx context.Context, c redis.UniversalClient, opts *Options) (*Backend,
 		return nil, errors.New("redisstore: Replicas needs a client of one primary, not a Cluster client")
 	}
 	b := &Backend{c: c, prefix: o.Prefix, replicas: o.Replicas,
-		waitMS: o.ReplicaTimeout.Milliseconds(), margin: o.ExpiryMargin, durable: o.Durability == backend.Durable}
+		waitMS: o.ReplicaTimeout.Milliseconds(), margin: o.ExpiryMargin, durable: o.Durability == backend.Durable,
+		nonces: rand.Text()[:16] + ":"}
 	if err := b.c.Ping(ctx).Err(); err != nil {
 		return nil, backend.Unavailable("open", err)
 	}
@@ -138,11 +148,15 @@ func New(ctx context.Context, c redis.UniversalClient, opts *Options) (*Backend,
 
 // Layout is the version of the key layout this release writes (the
 // CHANGELOG's formats on disk): New records it under prefix:layout, and
-// refuses a store whose layout is another.
-const Layout = 1
+// refuses a store whose layout is another. Layout 2 writes a claim's
+// token in field t alone, drawn from the shard's token hash; it reads
+// layout 1's records unchanged, and New moves a layout 1 store to 2, so
+// that a release that writes layout 1 refuses it from then on.
+const Layout = 2
 
-// checkLayout records the layout of a new store, and refuses another. A
-// replica, which refuses writes, is read as it is.
+// checkLayout records the layout of a new store, moves a layout 1 store
+// to 2, and refuses another. A replica, which refuses writes, is read as
+// it is.
 func (b *Backend) checkLayout(ctx context.Context) error {
 	k := b.prefix + ":layout"
 	got, err := b.c.Get(ctx, k).Int()
@@ -150,15 +164,21 @@ func (b *Backend) checkLayout(ctx context.Context) error {
 		err = b.c.SetNX(ctx, k, Layout, 0).Err()
 		if err == nil {
 			got, err = b.c.Get(ctx, k).Int()
-		} else if redis.HasErrorPrefix(err, "READONLY") {
-			return nil
 		}
+	}
+	if err == nil && got == 1 {
+		if err = b.c.Set(ctx, k, Layout, 0).Err(); err == nil {
+			got = Layout
+		}
+	}
+	if redis.HasErrorPrefix(err, "READONLY") {
+		return nil
 	}
 	if err != nil {
 		return backend.Unavailable("open", err)
 	}
 	if got != Layout {
-		return fmt.Errorf("%w: the keys under prefix %q have layout %d; this release reads layout %d", ErrLayout, b.prefix, got, Layout)
+		return fmt.Errorf("%w: the keys under prefix %q have layout %d; this release reads layouts 1 and %d", ErrLayout, b.prefix, got, Layout)
 	}
 	return nil
 }
@@ -252,8 +272,9 @@ func (b *Backend) Close() error {
 
 // keys are the Redis keys of one record and of its shard.
 type keys struct {
-	rec, stale, exp, ver string
-	member               string // the record's member in the shard's indexes
+	rec, stale, exp, ver, tok string
+	member                    string // the record's member in the shard's indexes
+	shard                     int
 }
 
 // keysOf names the keys of (scope, key). A zero byte, which neither a
@@ -267,12 +288,9 @@ func (b *Backend) keysOf(scope, key string) keys {
 
 func (b *Backend) shardKeys(shard int, member string) keys {
 	tag := "{" + b.prefix + ":" + strconv.Itoa(shard) + "}"
-	return keys{rec: tag + ":r:" + member, stale: tag + ":stale", exp: tag + ":exp", ver: tag + ":ver", member: member}
+	return keys{rec: tag + ":r:" + member, stale: tag + ":stale", exp: tag + ":exp", ver: tag + ":ver",
+		tok: tag + ":tok", member: member, shard: shard}
 }
-
-// tokensKey is the counter every token is drawn from (INCR): one for the
-// store, so a token never repeats in it and grows with time on every key.
-func (b *Backend) tokensKey() string { return b.prefix + ":tokens" }
 
 func (b *Backend) check(ctx context.Context) error {
 	if b.closed.Load() {
