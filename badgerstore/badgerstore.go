@@ -200,7 +200,11 @@ func badgerOptions(dir string, o Options) (badger.Options, error) {
 		WithReadOnly(o.ReadOnly).
 		WithValueLogFileSize(64 << 20).
 		WithMetricsEnabled(false).
-		WithDetectConflicts(true).
+		// The engine's committer is Badger's only transactional writer,
+		// and an op reads from Badger only keys no unit still in flight
+		// wrote (the others it reads from the pending writes): no commit
+		// can conflict, so Badger keeps no read and write sets to check.
+		WithDetectConflicts(false).
 		WithLogger(badgerLogger{o.Logger}).
 		// A block is checked when read from disk (not from the cache), so
 		// a damaged key is an error, not a record silently missing (whose

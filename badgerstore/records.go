@@ -23,14 +23,28 @@ import (
 // argues why this order keeps the contract. (Replays of done records are
 // answered above the backend, by the Store's replay cache.)
 func (b *Backend) readRecord(t *engine.Txn, id []byte) (*backend.Record, uint64, error) {
+	return b.readRecordAfter(t, id, engine.Stamp{})
+}
+
+// readRecordAfter is readRecord for an op after a peek of id that returned
+// s (engine.Txn.ReadAfter): a key the peek found absent is not looked up
+// in Badger again.
+func (b *Backend) readRecordAfter(t *engine.Txn, id []byte, s engine.Stamp) (*backend.Record, uint64, error) {
 	var rec *backend.Record
 	var exp uint64
-	_, err := b.eng.Read(t, withPrefix(prefixRecord, id), func(v []byte, expiresAt uint64) error {
+	decode := func(v []byte, expiresAt uint64) error {
 		var err error
 		rec, err = backend.DecodeRecord(v)
 		exp = expiresAt
 		return err
-	})
+	}
+	key := withPrefix(prefixRecord, id)
+	var err error
+	if t != nil {
+		_, err = t.ReadAfter(key, s, decode)
+	} else {
+		_, err = b.eng.Read(nil, key, decode)
+	}
 	return rec, exp, damaged(err, id)
 }
 
@@ -107,7 +121,8 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	// a claim in progress, is answered from a read. Neither can become
 	// claimable by any write but the committer's own later ones, so the
 	// answer is the one the committer would give at this instant.
-	if rec, err := b.peek(id); err != nil {
+	rec, stamp, err := b.peek(id)
+	if err != nil {
 		return nil, false, backend.Unavailable("claim", err)
 	} else if rec != nil && (rec.State == backend.StateInProgress || (rec.State == backend.StateDone && !rec.Expired(args.Now))) {
 		return rec, false, nil
@@ -119,8 +134,10 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	}
 	var out *backend.Record
 	var claimed bool
-	err := b.update(func(t *engine.Txn) error {
-		rec, _, err := b.readRecord(t, id)
+	err = b.update(func(t *engine.Txn) error {
+		// A key the peek found absent is not looked up in Badger again
+		// (a fresh key: most claims).
+		rec, _, err := b.readRecordAfter(t, id, stamp)
 		if err != nil {
 			return err
 		}
@@ -217,7 +234,10 @@ func ended(t *engine.Txn, id []byte, at, exp time.Time) {
 // Complete implements Backend.
 func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
 	return b.fenced(ctx, "complete", scope, key, token, c.At, func(t *engine.Txn, id []byte, rec *backend.Record) {
-		rec.State, rec.Result = backend.StateDone, c.Result.Clone()
+		// The body is not copied: put encodes rec before Complete
+		// returns, and keeps only the encoding.
+		res := c.Result
+		rec.State, rec.Result = backend.StateDone, &res
 		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
 		rec.EndAttempt(token, c.Ending)
 		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
@@ -275,9 +295,14 @@ func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d 
 // committer, through readRecord. The record is decoded for the caller
 // (the decoder copies what it keeps out of the stored bytes), which may
 // have it.
-func (b *Backend) peek(id []byte) (*backend.Record, error) {
-	rec, _, err := b.readRecord(nil, id)
-	return rec, err
+func (b *Backend) peek(id []byte) (*backend.Record, engine.Stamp, error) {
+	var rec *backend.Record
+	_, s, err := b.eng.ReadStamped(withPrefix(prefixRecord, id), func(v []byte, _ uint64) error {
+		var err error
+		rec, err = backend.DecodeRecord(v)
+		return err
+	})
+	return rec, s, damaged(err, id)
 }
 
 // Get implements Backend.

@@ -270,26 +270,27 @@ func (s *levelHandler) close() error {
 
 // getTableForKey acquires a read-lock to access s.tables. It returns a list of tableHandlers.
 func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error) {
+	out := s.appendTablesForKey(nil, key)
+	return out, func() error { return decrTables(out) }
+}
+
+// appendTablesForKey appends to dst the tables of the level that may hold
+// key, with a reference taken on each, and returns the extended slice:
+// every table of level 0, newest first (a copy, since s.tables may change
+// once the lock is released and seeking must not hold it), or the one
+// table of a higher level whose range covers key. A point read passes a
+// small array of its own, so that finding the tables allocates nothing.
+func (s *levelHandler) appendTablesForKey(dst []*table.Table, key []byte) []*table.Table {
 	s.RLock()
 	defer s.RUnlock()
 
 	if s.level == 0 {
-		// For level 0, we need to check every table. Remember to make a copy as s.tables may change
-		// once we exit this function, and we don't want to lock s.tables while seeking in tables.
 		// CAUTION: Reverse the tables.
-		out := make([]*table.Table, 0, len(s.tables))
 		for i := len(s.tables) - 1; i >= 0; i-- {
-			out = append(out, s.tables[i])
+			dst = append(dst, s.tables[i])
 			s.tables[i].IncrRef()
 		}
-		return out, func() error {
-			for _, t := range out {
-				if err := t.DecrRef(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		return dst
 	}
 	// For level >= 1, we can do a binary search as key range does not overlap.
 	idx := sort.Search(len(s.tables), func(i int) bool {
@@ -297,16 +298,29 @@ func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error)
 	})
 	if idx >= len(s.tables) {
 		// Given key is strictly > than every element we have.
-		return nil, func() error { return nil }
+		return dst
 	}
 	tbl := s.tables[idx]
 	tbl.IncrRef()
-	return []*table.Table{tbl}, tbl.DecrRef
+	return append(dst, tbl)
+}
+
+// decrTables releases the references appendTablesForKey took, all of
+// them, and returns the first error.
+func decrTables(tables []*table.Table) error {
+	var err error
+	for _, t := range tables {
+		if e := t.DecrRef(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
 }
 
 // get returns value for a given key or the key after that. If not found, return nil.
 func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
-	tables, decr := s.getTableForKey(key)
+	var buf [8]*table.Table
+	tables := s.appendTablesForKey(buf[:0], key)
 	keyNoTs := y.ParseKey(key)
 
 	hash := y.Hash(keyNoTs)
@@ -316,23 +330,32 @@ func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
 			y.NumLSMBloomHitsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
 			continue
 		}
-
-		it := th.NewIterator(0)
-		defer it.Close()
-
 		y.NumLSMGetsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
-		it.Seek(key)
-		if !it.Valid() {
-			continue
-		}
-		if y.SameKey(key, it.Key()) {
-			if version := y.ParseTs(it.Key()); maxVs.Version < version {
-				maxVs = it.ValueCopy()
-				maxVs.Version = version
-			}
+		if vs, ok := seekVersion(th, key, maxVs.Version); ok {
+			maxVs = vs
 		}
 	}
-	return maxVs, decr()
+	return maxVs, decrTables(tables)
+}
+
+// seekVersion returns a copy of the value of key's newest version at or
+// below key's timestamp in t, if t holds one newer than above. The iterator is closed
+// before it returns (a deferred Close in get's loop kept every iterator
+// open to the end and cost a heap-allocated defer each).
+func seekVersion(t *table.Table, key []byte, above uint64) (y.ValueStruct, bool) {
+	it := t.NewIterator(0)
+	defer it.Close()
+	it.Seek(key)
+	if !it.Valid() || !y.SameKey(key, it.Key()) {
+		return y.ValueStruct{}, false
+	}
+	version := y.ParseTs(it.Key())
+	if version <= above {
+		return y.ValueStruct{}, false
+	}
+	vs := it.ValueCopy()
+	vs.Version = version
+	return vs, true
 }
 
 // appendIterators appends iterators to an array of iterators, for merging.

@@ -551,10 +551,25 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 
 	entries := make([]*Entry, 0, len(txn.pendingWrites)+len(txn.duplicateWrites)+1)
 
+	// The versioned keys of all the entries share one buffer: one
+	// allocation per commit rather than one per entry. Each key is cut
+	// with its capacity at its end, so appending to one never writes
+	// over the next.
+	size := 0
+	for _, e := range txn.pendingWrites {
+		size += len(e.Key) + 8
+	}
+	for _, e := range txn.duplicateWrites {
+		size += len(e.Key) + 8
+	}
+	keys := make([]byte, 0, size)
+
 	processEntry := func(e *Entry) {
 		// Suffix the keys with commit ts, so the key versions are sorted in
 		// descending order of commit timestamp.
-		e.Key = y.KeyWithTs(e.Key, e.version)
+		start := len(keys)
+		keys = y.AppendKeyWithTs(keys, e.Key, e.version)
+		e.Key = keys[start:len(keys):len(keys)]
 		// Add bitTxn only if these entries are part of a transaction. We
 		// support SetEntryAt(..) in managed mode which means a single
 		// transaction can have entries with different timestamps. If entries

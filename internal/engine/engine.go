@@ -507,16 +507,8 @@ type pendingWrite struct {
 // A deleted or expired write reads as absent. val is valid only during fn.
 func (e *Engine) Read(t *Txn, key []byte, fn func(val []byte, expiresAt uint64) error) (bool, error) {
 	if t == nil || !t.u.wrote(key) {
-		if w, ok := e.pendingWrite(key, t != nil); ok {
-			if w.del || (w.expiresAt != 0 && w.expiresAt <= uint64(time.Now().Unix())) {
-				return false, nil
-			}
-			return true, fn(w.val, w.expiresAt)
-		}
-		if e.opts.Resident != nil {
-			if v := e.opts.Resident(key); v != nil {
-				return true, fn(v, 0)
-			}
+		if known, found, err := e.readAbove(key, t != nil, fn); known {
+			return found, err
 		}
 	}
 	if t != nil {
@@ -529,6 +521,64 @@ func (e *Engine) Read(t *Txn, key []byte, fn func(val []byte, expiresAt uint64) 
 		return err
 	})
 	return found, err
+}
+
+// Stamp is what a read outside the committer that found no value tells an
+// op that reads the same key later (ReadStamped, Txn.ReadAfter).
+type Stamp struct {
+	retired uint64 // the retired unit before the read began
+	miss    bool   // the read found no value
+}
+
+// ReadStamped is Read outside the committer (t nil), and returns with its
+// answer a Stamp that lets an op reading key afterwards skip Badger when
+// this read found nothing there (Txn.ReadAfter).
+func (e *Engine) ReadStamped(key []byte, fn func(val []byte, expiresAt uint64) error) (bool, Stamp, error) {
+	// Loaded before the read: every unit up to it is in Badger before the
+	// read's transaction begins.
+	s := Stamp{retired: e.retired.Load()}
+	found, err := e.Read(nil, key, fn)
+	s.miss = err == nil && !found
+	return found, s, err
+}
+
+// ReadAfter is Read for an op that follows a read of the same key by
+// ReadStamped (the zero Stamp: none). When that read found nothing and
+// every unit no longer in the pending index was in Badger before it began,
+// Badger has no value of key for this op either unless a unit found in
+// the pending index wrote one: the pending index, the unit's own writes
+// and Options.Resident answer, and Badger is not read again.
+//
+// Why: let A be the retired unit s holds and b the op's unit's base. The
+// stamped read's transaction saw every unit up to A, and later ones, and
+// found no value. The op's transaction sees every unit up to b, and every
+// unit after b that wrote key is in the pending index. If b <= A and none
+// of them wrote key, the key's last write among all the units Badger holds
+// for the op is one the stamped read saw too: none, or a deletion.
+func (t *Txn) ReadAfter(key []byte, s Stamp, fn func(val []byte, expiresAt uint64) error) (bool, error) {
+	if !s.miss || t.u.base > s.retired || t.u.wrote(key) {
+		return t.Read(key, fn)
+	}
+	_, found, err := t.e.readAbove(key, true, fn)
+	return found, err
+}
+
+// readAbove reads key from the layers above Badger, the pending writes
+// (as the committer or a reader outside it sees them) and then
+// Options.Resident, and reports whether one of them knew the key.
+func (e *Engine) readAbove(key []byte, committer bool, fn func(val []byte, expiresAt uint64) error) (known, found bool, err error) {
+	if w, ok := e.pendingWrite(key, committer); ok {
+		if w.del || (w.expiresAt != 0 && w.expiresAt <= uint64(time.Now().Unix())) {
+			return true, false, nil
+		}
+		return true, true, fn(w.val, w.expiresAt)
+	}
+	if e.opts.Resident != nil {
+		if v := e.opts.Resident(key); v != nil {
+			return true, true, fn(v, 0)
+		}
+	}
+	return false, false, nil
 }
 
 // pendingWrite returns the write of key in the pending index that a
@@ -577,6 +627,18 @@ type Txn struct {
 	ents  []wal.Entry // the buffered writes, in order
 	keys  []string    // ents' keys as strings, once the op is kept
 	after []func()
+	// Room for the writes and hooks of a usual op (a claim or a
+	// completion writes three entries and one hook), so that buffering
+	// them allocates nothing more.
+	entBuf   [4]wal.Entry
+	afterBuf [2]func()
+}
+
+// newTxn returns the Txn of an op of u.
+func newTxn(e *Engine, u *unit) *Txn {
+	t := &Txn{e: e, u: u}
+	t.ents, t.after = t.entBuf[:0], t.afterBuf[:0]
+	return t
 }
 
 // Read reads key as the op sees it (Engine.Read).

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/idemkit/idem/internal/badger"
 )
@@ -28,6 +30,9 @@ type unit struct {
 	results []error
 	bufs    []*Txn              // the writes of each op that wrote, else nil
 	written map[string]struct{} // keys written by the ops in txn
+	// base is the retired unit as txn began: every unit after it that
+	// wrote a key is found in the pending index (Txn.ReadAfter).
+	base uint64
 }
 
 // wrote reports whether an op of u wrote key.
@@ -54,25 +59,35 @@ func (e *Engine) Update(fn func(t *Txn) error) error {
 		return e.alone(fn)
 	default:
 	}
-	o := op{fn: fn, done: make(chan error, 1)}
+	o := op{fn: fn, done: doneChans.Get().(chan error)}
 	select {
 	case e.ops <- o:
 	case <-e.stopped:
+		doneChans.Put(o.done)
 		return ErrClosed
 	}
 	select {
 	case err := <-o.done:
+		doneChans.Put(o.done)
 		return err
 	case <-e.committerDone:
 		// The committer stopped; it may still have answered this op.
 		select {
 		case err := <-o.done:
+			doneChans.Put(o.done)
 			return err
 		default:
+			// Never reused: an answer may still come.
 			return ErrClosed
 		}
 	}
 }
+
+// doneChans holds ops' answer channels for reuse. Every op is answered
+// exactly once, so a channel whose answer was received is empty and
+// nothing more is sent on it; one whose answer may still come (an op left
+// when the committer stopped) is dropped, never put back.
+var doneChans = sync.Pool{New: func() any { return make(chan error, 1) }}
 
 // alone runs fn as a unit of its own on the caller's goroutine, holding
 // the committer's role, which the committer offers once a lone unit is
@@ -104,13 +119,15 @@ func (e *Engine) alone(fn func(t *Txn) error) error {
 		return ErrClosed
 	default:
 	}
-	o := op{fn: fn, done: make(chan error, 1)}
+	o := op{fn: fn, done: doneChans.Get().(chan error)}
 	e.run(u, o, e.pipe) // a fresh unit is never handed over: u stays
 	if len(u.ops) > 0 {
 		e.finish(e.seal(u), e.pipe.applied)
 		handed = true
 	}
-	return <-o.done
+	err := <-o.done
+	doneChans.Put(o.done)
+	return err
 }
 
 // pipe is the committer's end of the pipeline: the syncer's handshake and
@@ -239,6 +256,9 @@ func (e *Engine) committer() {
 // begin gives u a fresh transaction, after retiring what Badger holds.
 func (e *Engine) begin(u *unit) {
 	e.retire()
+	// Loaded after retire: no write of a unit after base has left the
+	// pending index.
+	u.base = e.retired.Load()
 	u.txn = e.db.NewTransaction(true)
 	u.written = map[string]struct{}{}
 }
@@ -254,7 +274,7 @@ func (e *Engine) run(u *unit, o op, p *pipe) *unit {
 	if u.txn == nil {
 		e.begin(u)
 	}
-	t := &Txn{e: e, u: u}
+	t := newTxn(e, u)
 	err := o.fn(t)
 	if errors.Is(err, ErrNoWrite) {
 		err, t.ents = nil, nil
@@ -318,9 +338,21 @@ func (u *unit) add(o op, err error, t *Txn) {
 	u.results = append(u.results, err)
 	u.bufs = append(u.bufs, t)
 	if t != nil {
+		// The keys as strings, for the pending index, cut from one
+		// string: one allocation per op rather than one per write.
+		n := 0
+		for _, e := range t.ents {
+			n += len(e.Key)
+		}
+		var b strings.Builder
+		b.Grow(n)
+		for _, e := range t.ents {
+			b.Write(e.Key)
+		}
+		all := b.String()
 		t.keys = make([]string, len(t.ents))
 		for i, e := range t.ents {
-			t.keys[i] = string(e.Key)
+			t.keys[i], all = all[:len(e.Key)], all[len(e.Key):]
 			u.written[t.keys[i]] = struct{}{}
 		}
 	}
@@ -352,7 +384,11 @@ func (e *Engine) seal(u *unit) *unit {
 				if prev.seq == u.seq {
 					w.older = prev.older // a later op of the same unit
 				} else {
-					w.older = &prev
+					// A copy on the heap only here: &prev would move
+					// every lookup's prev there.
+					older := new(pendingWrite)
+					*older = prev
+					w.older = older
 				}
 			}
 			e.pending[k] = w
@@ -406,8 +442,17 @@ func (e *Engine) retire() {
 // apply writes an op's buffered writes into txn, in order, as fresh
 // entries (an entry given to a discarded transaction is not reused).
 func apply(txn *badger.Txn, t *Txn) error {
-	for _, e := range t.ents {
-		if err := setEntry(txn, e.Key, e.Value, e.Delete, e.ExpiresAt); err != nil {
+	// The op's entries in one allocation; Badger keeps a pointer to each.
+	ents := make([]badger.Entry, len(t.ents))
+	for i, e := range t.ents {
+		var err error
+		if e.Delete {
+			err = txn.Delete(e.Key)
+		} else {
+			ents[i] = badger.Entry{Key: e.Key, Value: e.Value, ExpiresAt: e.ExpiresAt}
+			err = txn.SetEntry(&ents[i])
+		}
+		if err != nil {
 			return err
 		}
 	}

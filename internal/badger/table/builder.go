@@ -8,6 +8,7 @@ package table
 import (
 	"crypto/aes"
 	"errors"
+	"io"
 	"math"
 	"runtime"
 	"sync"
@@ -504,6 +505,28 @@ func (bd *buildData) Copy(dst []byte) int {
 	written += copy(dst[written:], bd.checksum)
 	written += copy(dst[written:], y.U32ToBytes(uint32(len(bd.checksum))))
 	return written
+}
+
+// WriteTo writes what Copy copies to w and returns the bytes written.
+func (bd *buildData) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	write := func(p []byte) error {
+		k, err := w.Write(p)
+		n += int64(k)
+		return err
+	}
+	for _, bl := range bd.blockList {
+		if err := write(bl.data[:bl.end]); err != nil {
+			return n, err
+		}
+	}
+	for _, p := range [][]byte{bd.index, y.U32ToBytes(uint32(len(bd.index))),
+		bd.checksum, y.U32ToBytes(uint32(len(bd.checksum)))} {
+		if err := write(p); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (b *Builder) Done() buildData {

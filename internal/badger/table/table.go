@@ -6,6 +6,7 @@
 package table
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/aes"
 	"encoding/binary"
@@ -251,22 +252,53 @@ func (b *Block) verifyCheckSum() error {
 
 func CreateTable(fname string, builder *Builder) (*Table, error) {
 	bd := builder.Done()
-	mf, err := z.OpenMmapFile(fname, os.O_CREATE|os.O_RDWR|os.O_EXCL, bd.Size)
-	if err == z.NewFile {
-		// Expected.
-	} else if err != nil {
+	fd, err := os.OpenFile(fname, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0600)
+	if err != nil {
 		return nil, y.Wrapf(err, "while creating table: %s", fname)
-	} else {
-		return nil, fmt.Errorf("file already exists: %s", fname)
 	}
-
-	written := bd.Copy(mf.Data)
-	y.AssertTrue(written == len(mf.Data))
-	if err := z.Msync(mf.Data); err != nil {
-		return nil, y.Wrapf(err, "while calling msync on %s", fname)
+	// The table is written with write(2) and synced before it is mapped,
+	// not copied into a fresh mapping and synced with msync: a write
+	// through a mapping faults each page in, and msync write-protects
+	// every page again once written back, where write(2) fills the page
+	// cache directly. On a full file system a write fails with ENOSPC, an
+	// error, where a store through the mapping would be SIGBUS. The
+	// mapping made afterwards shares the same page cache.
+	if err := writeTable(fd, &bd); err != nil {
+		_ = fd.Close()
+		_ = os.Remove(fname) // new and incomplete: a retry creates it again
+		return nil, y.Wrapf(err, "while writing table: %s", fname)
+	}
+	mf, err := z.OpenMmapFileUsing(fd, bd.Size, true)
+	if err != nil {
+		_ = fd.Close()
+		return nil, y.Wrapf(err, "while mapping table: %s", fname)
 	}
 	return OpenTable(mf, *builder.opts)
 }
+
+// writeTable writes bd to f from its start, through a pooled buffer so
+// that a table of many small blocks costs few system calls, and syncs
+// f's data.
+func writeTable(f *os.File, bd *buildData) error {
+	w := tableWriters.Get().(*bufio.Writer)
+	defer tableWriters.Put(w)
+	w.Reset(f)
+	n, err := bd.WriteTo(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	w.Reset(nil) // hold no file while pooled
+	if err != nil {
+		return err
+	}
+	if n != int64(bd.Size) {
+		return fmt.Errorf("wrote %d bytes of a table of %d", n, bd.Size)
+	}
+	return f.Sync()
+}
+
+// tableWriters holds the buffers writeTable writes through.
+var tableWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
 // OpenTable assumes file has only one table and opens it. Takes ownership of fd upon function
 // entry. Returns a table with one reference count on it (decrementing which may delete the file!

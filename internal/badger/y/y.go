@@ -117,6 +117,13 @@ func KeyWithTs(key []byte, ts uint64) []byte {
 	return out
 }
 
+// AppendKeyWithTs appends key and ts, as KeyWithTs encodes them, to dst
+// and returns the extended slice.
+func AppendKeyWithTs(dst, key []byte, ts uint64) []byte {
+	dst = append(dst, key...)
+	return binary.BigEndian.AppendUint64(dst, math.MaxUint64-ts)
+}
+
 // ParseTs parses the timestamp from the key bytes.
 func ParseTs(key []byte) uint64 {
 	if len(key) <= 8 {
