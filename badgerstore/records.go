@@ -23,13 +23,14 @@ import (
 // argues why this order keeps the contract. (Replays of done records are
 // answered above the backend, by the Store's replay cache.)
 func (b *Backend) readRecord(t *engine.Txn, id []byte) (*backend.Record, uint64, error) {
-	return b.readRecordAfter(t, id, engine.Stamp{})
+	return b.readRecordAt(t, id, withPrefix(prefixRecord, id), engine.Stamp{})
 }
 
-// readRecordAfter is readRecord for an op after a peek of id that returned
-// s (engine.Txn.ReadAfter): a key the peek found absent is not looked up
-// in Badger again.
-func (b *Backend) readRecordAfter(t *engine.Txn, id []byte, s engine.Stamp) (*backend.Record, uint64, error) {
+// readRecordAt is readRecord with id's record key, rk, made by the
+// caller, for an op after a peek of id that returned s (the zero Stamp:
+// none; engine.Txn.ReadAfter): a key the peek found absent is not looked
+// up in Badger again.
+func (b *Backend) readRecordAt(t *engine.Txn, id, rk []byte, s engine.Stamp) (*backend.Record, uint64, error) {
 	var rec *backend.Record
 	var exp uint64
 	decode := func(v []byte, expiresAt uint64) error {
@@ -38,12 +39,11 @@ func (b *Backend) readRecordAfter(t *engine.Txn, id []byte, s engine.Stamp) (*ba
 		exp = expiresAt
 		return err
 	}
-	key := withPrefix(prefixRecord, id)
 	var err error
 	if t != nil {
-		_, err = t.ReadAfter(key, s, decode)
+		_, err = t.ReadAfter(rk, s, decode)
 	} else {
-		_, err = b.eng.Read(nil, key, decode)
+		_, err = b.eng.Read(nil, rk, decode)
 	}
 	return rec, exp, damaged(err, id)
 }
@@ -82,12 +82,17 @@ func (b *Backend) resident(key []byte) []byte {
 // it mirrors rec in the open claims: as an open claim if in progress, else
 // by forgetting it. Nothing may change rec afterwards.
 func (b *Backend) put(t *engine.Txn, id []byte, rec *backend.Record, ttlFrom time.Time) error {
+	return b.putAt(t, id, withPrefix(prefixRecord, id), rec, ttlFrom)
+}
+
+// putAt is put with id's record key, rk, made by the caller.
+func (b *Backend) putAt(t *engine.Txn, id, rk []byte, rec *backend.Record, ttlFrom time.Time) error {
 	v := backend.EncodeRecord(rec)
 	var exp uint64
 	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
 		exp = badgerTTL(max(rec.ExpiresAt.Sub(ttlFrom), 0) + reclaimGrace)
 	}
-	t.Set(withPrefix(prefixRecord, id), v, exp)
+	t.Set(rk, v, exp)
 	t.OnCommit(func() {
 		b.mu.Lock()
 		if rec.State == backend.StateInProgress {
@@ -121,7 +126,8 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	// a claim in progress, is answered from a read. Neither can become
 	// claimable by any write but the committer's own later ones, so the
 	// answer is the one the committer would give at this instant.
-	rec, stamp, err := b.peek(id)
+	rk := withPrefix(prefixRecord, id) // the peek's, the op's and the write's
+	rec, stamp, err := b.peek(rk, id)
 	if err != nil {
 		return nil, false, backend.Unavailable("claim", err)
 	} else if rec != nil && (rec.State == backend.StateInProgress || (rec.State == backend.StateDone && !rec.Expired(args.Now))) {
@@ -137,7 +143,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	err = b.update(func(t *engine.Txn) error {
 		// A key the peek found absent is not looked up in Badger again
 		// (a fresh key: most claims).
-		rec, _, err := b.readRecordAfter(t, id, stamp)
+		rec, _, err := b.readRecordAt(t, id, rk, stamp)
 		if err != nil {
 			return err
 		}
@@ -146,7 +152,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 			out = rec
 			return engine.ErrNoWrite
 		}
-		n, err := b.newClaim(t, scope, key, id, args, rec)
+		n, err := b.newClaim(t, scope, key, id, rk, args, rec)
 		if err != nil {
 			return err
 		}
@@ -162,7 +168,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 }
 
 // newClaim writes a claim of id over rec (nil, released or expired).
-func (b *Backend) newClaim(t *engine.Txn, scope, key string, id []byte, args backend.ClaimArgs, rec *backend.Record) (*backend.Record, error) {
+func (b *Backend) newClaim(t *engine.Txn, scope, key string, id, rk []byte, args backend.ClaimArgs, rec *backend.Record) (*backend.Record, error) {
 	token := b.nextToken(t)
 	n := &backend.Record{
 		Scope: scope, Key: key, State: backend.StateInProgress,
@@ -188,7 +194,7 @@ func (b *Backend) newClaim(t *engine.Txn, scope, key string, id []byte, args bac
 	n.AddAttempt(backend.Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner,
 		Reason: b.lossNoteFor(rec, args.Now)}) // loss.go
 	t.Set(withPrefix(prefixClaim, id), nil, 0)
-	return n, b.put(t, id, n, time.Time{})
+	return n, b.putAt(t, id, rk, n, time.Time{})
 }
 
 // fenced runs fn on the record of (scope, key) if it is in progress with
@@ -211,15 +217,16 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		return err
 	}
 	id := recordID(scope, key)
+	rk := withPrefix(prefixRecord, id)
 	err := b.update(func(t *engine.Txn) error {
-		rec, _, err := b.readRecord(t, id)
+		rec, _, err := b.readRecordAt(t, id, rk, engine.Stamp{})
 		if err != nil {
 			return err
 		}
 		if rec == nil || rec.State != state || rec.Token != token {
 			return &backend.FencedError{Scope: scope, Key: key, Token: token}
 		}
-		return b.put(t, id, rec, fn(t, id, rec))
+		return b.putAt(t, id, rk, rec, fn(t, id, rec))
 	})
 	return backend.Unavailable(op, err)
 }
@@ -295,9 +302,9 @@ func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d 
 // committer, through readRecord. The record is decoded for the caller
 // (the decoder copies what it keeps out of the stored bytes), which may
 // have it.
-func (b *Backend) peek(id []byte) (*backend.Record, engine.Stamp, error) {
+func (b *Backend) peek(rk, id []byte) (*backend.Record, engine.Stamp, error) {
 	var rec *backend.Record
-	_, s, err := b.eng.ReadStamped(withPrefix(prefixRecord, id), func(v []byte, _ uint64) error {
+	_, s, err := b.eng.ReadStamped(rk, func(v []byte, _ uint64) error {
 		var err error
 		rec, err = backend.DecodeRecord(v)
 		return err
