@@ -84,6 +84,9 @@ type DB struct {
 
 	lock sync.RWMutex // Guards list of inmemory tables, not individual reads and writes.
 
+	// arenas keeps a flushed memtable's arena for the next memtable.
+	arenas skl.ArenaPool
+
 	dirLockGuard *directoryLockGuard
 	// nil if Dir and ValueDir are the same
 	valueDirGuard *directoryLockGuard
@@ -821,13 +824,19 @@ func (db *DB) get(key []byte) (y.ValueStruct, error) {
 		if vs.Meta == 0 && vs.Value == nil {
 			continue
 		}
+		// The value is copied out of the memtable's arena before its
+		// reference is released: the arena may then serve the next
+		// memtable (skl.ArenaPool). What the tables return is a copy too,
+		// so get's caller owns the value.
 		// Found the required version of the key, return immediately.
 		if vs.Version == version {
 			y.NumGetsWithResultsAdd(db.opt.MetricsEnabled, 1)
+			vs.Value = y.SafeCopy(nil, vs.Value)
 			return vs, nil
 		}
 		if maxVs.Version < vs.Version {
 			maxVs = vs
+			maxVs.Value = y.SafeCopy(nil, vs.Value)
 		}
 	}
 	return db.lc.get(key, maxVs, 0)

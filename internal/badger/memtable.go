@@ -99,7 +99,7 @@ const memFileExt string = ".mem"
 
 func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	filepath := db.mtFilePath(fid)
-	s := skl.NewSkiplist(arenaSize(db.opt))
+	s := skl.NewSkiplistPooled(arenaSize(db.opt), &db.arenas)
 	mt := &memTable{
 		sl:  s,
 		opt: db.opt,

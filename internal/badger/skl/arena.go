@@ -6,6 +6,7 @@
 package skl
 
 import (
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -30,11 +31,50 @@ type Arena struct {
 
 // newArena returns a new arena.
 func newArena(n int64) *Arena {
+	return newArenaOn(make([]byte, n))
+}
+
+// newArenaOn returns an arena on buf, which must be zero up to the
+// head node's end (NewSkiplist's head relies on it).
+func newArenaOn(buf []byte) *Arena {
 	// Don't store data at position 0 in order to reserve offset=0 as a kind
 	// of nil pointer.
-	out := &Arena{buf: make([]byte, n)}
+	out := &Arena{buf: buf}
 	out.n.Store(1)
 	return out
+}
+
+// ArenaPool keeps the buffer of a released skiplist's arena for the next
+// skiplist of the same size (NewSkiplistPooled), so that a DB whose
+// memtables come and go does not allocate, and have the runtime zero, a
+// new arena for each. It holds one buffer at most. The zero value is
+// ready to use.
+type ArenaPool struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+// get returns a buffer of n bytes whose head node is zero: the one kept,
+// if it has that size, else a new one.
+func (p *ArenaPool) get(n int64) []byte {
+	p.mu.Lock()
+	buf := p.buf
+	p.buf = nil
+	p.mu.Unlock()
+	if int64(len(buf)) != n {
+		return make([]byte, n)
+	}
+	// Every node, key and value is written in full when it is put; only
+	// the head's tower is read before anything was put in it.
+	clear(buf[:min(int(n), 1+MaxNodeSize+nodeAlign)])
+	return buf
+}
+
+// put keeps buf for the next get.
+func (p *ArenaPool) put(buf []byte) {
+	p.mu.Lock()
+	p.buf = buf
+	p.mu.Unlock()
 }
 
 func (s *Arena) size() int64 {

@@ -67,6 +67,7 @@ type Skiplist struct {
 	head    *node
 	ref     atomic.Int32
 	arena   *Arena
+	pool    *ArenaPool // where the arena goes when the last reference is released, if set
 	OnClose func()
 }
 
@@ -83,6 +84,13 @@ func (s *Skiplist) DecrRef() {
 	}
 	if s.OnClose != nil {
 		s.OnClose()
+	}
+
+	// The last reference is gone: nothing reads the arena any more (a value
+	// read from it is copied before the reader releases its reference), so
+	// a pooled skiplist gives its buffer to the next one.
+	if s.pool != nil {
+		s.pool.put(s.arena.buf)
 	}
 
 	// Indicate we are closed. Good for testing.  Also, lets GC reclaim memory. Race condition
@@ -116,9 +124,19 @@ func decodeValue(value uint64) (valOffset uint32, valSize uint32) {
 
 // NewSkiplist makes a new empty skiplist, with a given arena size
 func NewSkiplist(arenaSize int64) *Skiplist {
-	arena := newArena(arenaSize)
+	return newSkiplistOn(newArena(arenaSize), nil)
+}
+
+// NewSkiplistPooled is NewSkiplist with its arena taken from pool, where it
+// goes back when the last reference is released. A reader must then copy
+// what it read from the skiplist before it releases its reference.
+func NewSkiplistPooled(arenaSize int64, pool *ArenaPool) *Skiplist {
+	return newSkiplistOn(newArenaOn(pool.get(arenaSize)), pool)
+}
+
+func newSkiplistOn(arena *Arena, pool *ArenaPool) *Skiplist {
 	head := newNode(arena, nil, y.ValueStruct{}, maxHeight)
-	s := &Skiplist{head: head, arena: arena}
+	s := &Skiplist{head: head, arena: arena, pool: pool}
 	s.height.Store(1)
 	s.ref.Store(1)
 	return s
