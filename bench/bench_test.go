@@ -54,6 +54,11 @@ func TestSuite_Smoke(t *testing.T) {
 			t.Errorf("idem has no %s figure: %+v", id, m)
 		}
 	}
+	for _, id := range []string{"replay-disk-1", "replay-disk-32"} {
+		if m := res.find(id, "badger-get"); !m.ok() {
+			t.Errorf("the engine's bare read has no %s figure: %+v", id, m)
+		}
+	}
 	out := t.TempDir()
 	if err := writeResults(out, res); err != nil {
 		t.Fatal(err)
