@@ -26,7 +26,8 @@ type Remeasured struct {
 // same contender in the same workload (a figure, not a status), and
 // records what it replaced. A workload the run did not have (added to the
 // suite since) is taken whole from later, with the plan's figure that
-// sizes it; so are the figures of a contender it did not have. It returns an error when later replaces nothing.
+// sizes it; so are the figures of a contender it did not have (added to
+// the suite since). It returns an error when later replaces nothing.
 func (r *Results) merge(later *Results, note string) error {
 	rm := Remeasured{Started: later.Started, Finished: later.Finished, LoadStart: later.Machine.LoadStart,
 		LoadEnd: later.Machine.LoadEnd, Note: note}
