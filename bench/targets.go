@@ -414,8 +414,8 @@ func missNotes() map[string]string {
 			"286-307 ns both times, the fingerprint's parse and member sort (about 60% of its time; one " +
 			"allocation, the result) slower. Measured in thread CPU time, alternating, on this body: the " +
 			"canonical encoding costs about 1.5× the SHA-256 (the parse and scan about 1×, ordering members " +
-			"0.45×), hashing the shorter canonical form 0.85×, the pooled encoder, the result string and its " +
-			"hex about 0.5×. Hashing " +
+			"0.45×), hashing the shorter canonical form 0.85×, the pooled encoder, the hex digits and the " +
+			"result string about 0.3×. Hashing " +
 			"members in order straight from the buffer instead of moving them (three variants: a hash write per " +
 			"run of members, the runs gathered into a second buffer then hashed, and hashed one-shot) was 1-10% " +
 			"slower, not faster: the canonical order sorts names by encoded length first, so a body's outer " +
