@@ -107,16 +107,25 @@ func (f Fingerprinter) sum(method, route, contentType string, body []byte, v1 bo
 	}
 
 	st := statePool.Get().(*fpState)
-	defer st.release()
 	// The canonical encoding (internal/canon; design notes in
 	// docs/fingerprint.md) is head followed by tail, a body hashed byte
-	// for byte rather than copied.
-	request, alg := st.enc.Request, FingerprintAlgorithm
+	// for byte rather than copied. The calls are direct and the state is
+	// put back without a defer: a method value and a deferred call cost
+	// 1-3% of a Sum on the bodies of BenchmarkFingerprint
+	// (bench/results/notes/fingerprint-one-pass.md). The encoder does not
+	// panic on any input (FuzzFingerprint); if it did, the state would
+	// only be lost to the pool.
+	alg := FingerprintAlgorithm
+	var head, tail []byte
+	var err error
 	if v1 {
-		request, alg = st.enc.RequestV1, PreviousFingerprintAlgorithm
+		alg = PreviousFingerprintAlgorithm
+		head, tail, err = st.enc.RequestV1(method, route, contentType, body, maxDepth)
+	} else {
+		head, tail, err = st.enc.Request(method, route, contentType, body, maxDepth)
 	}
-	head, tail, err := request(method, route, contentType, body, maxDepth)
 	if err != nil {
+		st.release()
 		return "", jsonError(err)
 	}
 	var sum [sha256.Size]byte
@@ -129,6 +138,7 @@ func (f Fingerprinter) sum(method, route, contentType string, body []byte, v1 bo
 		st.h.Write(tail)
 		sum = [sha256.Size]byte(st.h.Sum(st.sum[:0]))
 	}
+	st.release()
 	// Both names have the same length, so out stays an array.
 	var out [len(FingerprintAlgorithm) + 1 + 2*sha256.Size]byte
 	copy(out[:], alg)

@@ -54,6 +54,11 @@ func TestSuite_Smoke(t *testing.T) {
 			t.Errorf("idem has no %s figure: %+v", id, m)
 		}
 	}
+	for _, id := range []string{"replay-disk-1", "replay-disk-32"} {
+		if m := res.find(id, "badger-get"); !m.ok() {
+			t.Errorf("the engine's bare read has no %s figure: %+v", id, m)
+		}
+	}
 	out := t.TempDir()
 	if err := writeResults(out, res); err != nil {
 		t.Fatal(err)
@@ -165,6 +170,22 @@ func TestMerge(t *testing.T) {
 	}
 	if m := run.find("replay-disk-1", "pgx"); m == nil || m.Status != "n/a" {
 		t.Errorf("the added workload's n/a: %+v", m)
+	}
+
+	// A contender added to the suite since the run (the engine's floor)
+	// comes with its figures and its line in the list of contenders; a
+	// figure of a contender the later run does not list is not taken.
+	floor := &Measurement{Workload: "replay-disk-1", Contender: "badger-get", Reps: []float64{14}, Median: 14}
+	later = &Results{Contenders: []ContenderInfo{{Name: "badger-get", Kind: "limit"}},
+		Measurements: []*Measurement{floor, {Workload: "replay-disk-1", Contender: "ghost", Reps: []float64{1}, Median: 1}}}
+	if err := run.merge(later, ""); err != nil {
+		t.Fatal(err)
+	}
+	if m := run.find("replay-disk-1", "badger-get"); m == nil || m.Median != 14 {
+		t.Errorf("the added contender's figure: %+v", m)
+	}
+	if kindOf(run, "badger-get") != "limit" || run.find("replay-disk-1", "ghost") != nil {
+		t.Errorf("contenders after the merge: %+v", run.Contenders)
 	}
 }
 

@@ -26,7 +26,8 @@ type Remeasured struct {
 // same contender in the same workload (a figure, not a status), and
 // records what it replaced. A workload the run did not have (added to the
 // suite since) is taken whole from later, with the plan's figure that
-// sizes it. It returns an error when later replaces nothing.
+// sizes it; so are the figures of a contender it did not have (added to
+// the suite since). It returns an error when later replaces nothing.
 func (r *Results) merge(later *Results, note string) error {
 	rm := Remeasured{Started: later.Started, Finished: later.Finished, LoadStart: later.Machine.LoadStart,
 		LoadEnd: later.Machine.LoadEnd, Note: note}
@@ -57,10 +58,15 @@ func (r *Results) merge(later *Results, note string) error {
 		i := slices.IndexFunc(r.Measurements, func(o *Measurement) bool {
 			return o.Workload == m.Workload && o.Contender == m.Contender
 		})
-		if i < 0 {
+		switch {
+		case i >= 0:
+			r.Measurements[i] = m
+		case r.addContender(later, m.Contender):
+			// A contender added to the suite since the run.
+			r.Measurements = append(r.Measurements, m)
+		default:
 			continue
 		}
-		r.Measurements[i] = m
 		if !slices.Contains(rm.Workloads, m.Workload) {
 			rm.Workloads = append(rm.Workloads, m.Workload)
 		}
@@ -74,6 +80,20 @@ func (r *Results) merge(later *Results, note string) error {
 	r.Remeasured = append(r.Remeasured, rm)
 	r.rejudge()
 	return nil
+}
+
+// addContender lists among r's contenders the contender name of later,
+// when r does not list it, and reports whether it did.
+func (r *Results) addContender(later *Results, name string) bool {
+	if slices.ContainsFunc(r.Contenders, func(c ContenderInfo) bool { return c.Name == name }) {
+		return false
+	}
+	i := slices.IndexFunc(later.Contenders, func(c ContenderInfo) bool { return c.Name == name })
+	if i < 0 {
+		return false
+	}
+	r.Contenders = append(r.Contenders, later.Contenders[i])
+	return true
 }
 
 // remeasuredMarkdown says which figures a later run replaced, or "".

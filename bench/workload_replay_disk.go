@@ -113,14 +113,25 @@ func (s *Suite) diskReplayRun(ctx context.Context, c Contender, ids []string) er
 		s.logf("  replay-disk %-15s loaded %d of %d keys in %.1fs", c.Name, min(i+diskFillChunk, len(keys)),
 			len(keys), time.Since(start).Seconds())
 	}
+	floor, hasFloor := engineFloors[c.Name]
+	var bkeys [][]byte
+	if hasFloor {
+		s.addContenderInfo(floor.info(c.Name))
+		bkeys = make([][]byte, len(keys))
+		for i, k := range keys {
+			bkeys[i] = recordKey(k)
+		}
+	}
 	for rep := range s.plan.Reps {
 		for j, g := range replayGoroutines() {
 			var openMs, idleMs float64
 			if !volatile(st) {
-				err := st.Close()
-				st = nil
-				if err != nil {
-					return fmt.Errorf("close: %w", err)
+				if st != nil {
+					err := st.Close()
+					st = nil
+					if err != nil {
+						return fmt.Errorf("close: %w", err)
+					}
 				}
 				start := time.Now()
 				if st, err = c.Open(ctx, dir); err != nil {
@@ -146,7 +157,21 @@ func (s *Suite) diskReplayRun(ctx context.Context, c Contender, ids []string) er
 			s.add(ids[j], c.Name, rate, map[string]any{"open_ms": openMs, "idle_wait_ms": idleMs}, err)
 			s.logf("  rep %d %-14s %-15s %10.0f replays/s (reopen %.0f ms, then %.0f ms until idle)", rep+1, ids[j],
 				c.Name, rate, openMs, idleMs)
+			if hasFloor {
+				// The engine's bare read of the same directory, right
+				// after idem's, with the same keys.
+				if err := st.Close(); err != nil {
+					return fmt.Errorf("close: %w", err)
+				}
+				st = nil
+				rate, detail, err := s.measureFloor(ctx, floor, dir, keys, bkeys, seed, g)
+				s.add(ids[j], floor.name, rate, detail, err)
+				s.logf("  rep %d %-14s %-15s %10.0f reads/s", rep+1, ids[j], floor.name, rate)
+			}
 		}
+	}
+	if st == nil {
+		return nil
 	}
 	err = st.Close()
 	st = nil
