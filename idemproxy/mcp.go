@@ -1,27 +1,39 @@
+//lint:file-ignore SA1019 the MCP proxy passes on every feature of the session protocol, the ones the 2026-07-28 protocol deprecates (sampling, roots, logging) included, for the clients and servers that use them
+
 package idemproxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmcp"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MCPOptions configure an MCP proxy (NewMCP). Connect and one of the
+// MCPProtocolVersion is the protocol version the MCP proxy asks its
+// upstream for, and the newest it offers its clients: the session
+// protocol, in which a server sends notifications and requests (sampling,
+// elicitation, roots) on the session. The stateless protocol of 2026-07-28
+// carries them as multi round-trip results, which the proxy does not
+// forward yet.
+const MCPProtocolVersion = "2025-11-25"
+
+// MCPOptions configure an MCP proxy (NewMCP). Transport and one of the
 // Guard's scope choices are required.
 type MCPOptions struct {
-	// Connect connects a new session to the upstream server: a child
-	// process over stdio (mcp.CommandTransport) or a streamable HTTP
-	// endpoint. NewMCP calls it once, and a call calls it again when the
-	// session in use has failed (a child that died is started again).
-	Connect func(ctx context.Context) (*mcp.ClientSession, error)
+	// Transport returns a new transport to the upstream server: a child
+	// process over stdio (mcp.CommandTransport with a new exec.Cmd) or a
+	// streamable HTTP endpoint. The proxy connects over it once at start
+	// to list what the upstream offers, once per client session (each
+	// client gets its own upstream session, as if it had connected
+	// directly), and again for a call when that session has failed (a
+	// child that died is started again).
+	Transport func(ctx context.Context) (mcp.Transport, error)
 
 	// Guard configures idemmcp's Guard in front of the write tools: how
 	// calls are scoped (SharedScope, Scope or Authenticated), the key
@@ -34,7 +46,8 @@ type MCPOptions struct {
 	GuardTools, PassTools []string
 
 	// Logger, if set, gets a line per tool call with the tool, the key
-	// and what the proxy decided. Default none.
+	// and what the proxy decided, and one per upstream session that could
+	// not be connected or re-listed. Default none.
 	Logger *slog.Logger
 
 	// At, if set, is called at PointClaimed and PointUpstreamAnswered of
@@ -42,102 +55,232 @@ type MCPOptions struct {
 	At func(Point, *mcp.CallToolRequest)
 }
 
-// MCPProxy is an MCP server that offers an upstream server's tools,
-// prompts and resources and forwards their calls, with idemmcp's Guard in
-// front of the write tools. Serve Server over any transport.
+// MCPProxy offers an upstream MCP server's tools, prompts, resources and
+// resource templates to clients, with idemmcp's Guard in front of the
+// write tools. Each client session gets its own mcp.Server (NewServer)
+// paired with its own upstream session, through which everything else
+// passes: notifications, progress, cancellation, subscriptions, and the
+// upstream's requests to the client (sampling, elicitation, roots).
 type MCPProxy struct {
 	o     MCPOptions
 	guard *idemmcp.Guard
-	srv   *mcp.Server
-	tools []*mcp.Tool // the upstream's, as listed at start
+	impl  *mcp.Implementation     // the upstream's, as it introduced itself at start
+	instr string                  // the upstream's instructions
+	caps  *mcp.ServerCapabilities // the upstream's, offered as they are
+	probe *mcp.Server             // answers Handler's checks of a request for an existing session
 
-	// mu guards cur and dead: the session in use, and whether it has
-	// failed (closed by its transport or by a failed call).
-	mu   sync.Mutex
-	cur  *mcp.ClientSession
-	dead bool
+	// mu guards cat, the upstream's offer as last listed (at start, or by
+	// a session re-listing after a list_changed notification), which a
+	// new session's server starts from; and links, the sessions that
+	// initialized and have not ended, for Close.
+	mu    sync.Mutex
+	cat   catalog
+	links map[*mcpLink]bool
 }
 
-// NewMCP connects to the upstream, lists its tools, prompts and resources,
-// and returns a proxy that offers them: the same names, schemas,
-// annotations and descriptions, the upstream's server name and
-// instructions. store must be opened as New requires (Policy and a
-// Resolver). It returns an error wrapping ErrInvalidOptions for a bad
-// configuration, and the upstream's error when it cannot be listed.
+// catalog is what an upstream offers, as listed.
+type catalog struct {
+	tools     []*mcp.Tool
+	prompts   []*mcp.Prompt
+	resources []*mcp.Resource
+	templates []*mcp.ResourceTemplate
+}
+
+// NewMCP connects to the upstream once, lists its tools, prompts,
+// resources and resource templates, and returns a proxy that offers them:
+// the same names, schemas, annotations and descriptions, the upstream's
+// server name, instructions and capabilities. That first session is
+// closed; each client session connects its own (NewServer). store must be
+// opened as New requires (Policy and a Resolver). It returns an error
+// wrapping ErrInvalidOptions for a bad configuration, and the upstream's
+// error when it cannot be reached or listed.
 func NewMCP(ctx context.Context, store *idem.Store, opts *MCPOptions) (*MCPProxy, error) {
 	switch {
-	case opts == nil || opts.Connect == nil:
-		return nil, fmt.Errorf("%w: MCPOptions.Connect is required", ErrInvalidOptions)
+	case opts == nil || opts.Transport == nil:
+		return nil, fmt.Errorf("%w: MCPOptions.Transport is required", ErrInvalidOptions)
 	case !opts.Guard.Authenticated && opts.Guard.Scope == nil && !opts.Guard.SharedScope:
 		return nil, fmt.Errorf("%w: say how calls are scoped (Guard.SharedScope, Scope or Authenticated)", ErrInvalidOptions)
 	case store == nil || store.Options().Resolver == nil:
 		return nil, fmt.Errorf("%w: a store with a Resolver (HTTPResolver or HoldResolver) is required", ErrInvalidOptions)
 	}
-	p := &MCPProxy{o: *opts, guard: idemmcp.New(store, &opts.Guard)}
-	s, err := p.session(ctx)
+	p := &MCPProxy{o: *opts, guard: idemmcp.New(store, &opts.Guard), links: map[*mcpLink]bool{}}
+	t, err := p.o.Transport(ctx)
 	if err != nil {
 		return nil, err
 	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "idem-mcp-proxy", Version: "1"},
+		&mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	s, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: MCPProtocolVersion})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
 	init := s.InitializeResult()
-	impl := &mcp.Implementation{Name: "idem-mcp-proxy", Version: "1"}
-	var instructions string
+	p.impl, p.caps = &mcp.Implementation{Name: "idem-mcp-proxy", Version: "1"}, &mcp.ServerCapabilities{}
 	if init != nil && init.ServerInfo != nil {
-		impl, instructions = init.ServerInfo, init.Instructions
+		p.impl, p.instr = init.ServerInfo, init.Instructions
 	}
-	p.srv = mcp.NewServer(impl, &mcp.ServerOptions{Instructions: instructions})
-	for t, err := range s.Tools(ctx, nil) {
-		if err != nil {
-			return nil, fmt.Errorf("idemproxy: listing the upstream's tools: %w", err)
-		}
-		p.addTool(t)
+	if init != nil && init.Capabilities != nil {
+		p.caps = init.Capabilities
 	}
-	if init != nil && init.Capabilities != nil && init.Capabilities.Prompts != nil {
-		for pr, err := range s.Prompts(ctx, nil) {
-			if err != nil {
-				return nil, fmt.Errorf("idemproxy: listing the upstream's prompts: %w", err)
-			}
-			p.srv.AddPrompt(pr, p.getPrompt)
-		}
+	cat, err := list(ctx, s, p.caps, true, true, true)
+	if err != nil {
+		return nil, err
 	}
-	if init != nil && init.Capabilities != nil && init.Capabilities.Resources != nil {
-		for r, err := range s.Resources(ctx, nil) {
-			if err != nil {
-				return nil, fmt.Errorf("idemproxy: listing the upstream's resources: %w", err)
-			}
-			p.srv.AddResource(r, p.readResource)
-		}
-	}
+	p.cat = cat
+	p.probe = mcp.NewServer(p.impl, &mcp.ServerOptions{SupportedProtocolVersions: protocolVersions()})
 	return p, nil
 }
 
-// Server is the MCP server to serve to clients.
-func (p *MCPProxy) Server() *mcp.Server { return p.srv }
-
-// Tools returns the upstream's tools as listed at start.
-func (p *MCPProxy) Tools() []*mcp.Tool { return slices.Clone(p.tools) }
-
-// Close closes the upstream session.
-func (p *MCPProxy) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur == nil {
-		return nil
+// protocolVersions are the versions the proxy's servers offer: the
+// session protocol's, MCPProtocolVersion and earlier.
+func protocolVersions() []string {
+	var vs []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v <= MCPProtocolVersion {
+			vs = append(vs, v)
+		}
 	}
-	err := p.cur.Close()
-	p.cur, p.dead = nil, true
-	return err
+	return vs
 }
 
-// addTool offers t, guarded or not as the options and its annotations say.
-func (p *MCPProxy) addTool(t *mcp.Tool) {
-	if t.InputSchema == nil {
-		t.InputSchema = map[string]any{"type": "object"}
+// list lists what caps say the upstream offers, of the kinds asked for
+// (tools; prompts; resources and their templates), into a catalog whose
+// other kinds are empty.
+func list(ctx context.Context, s *mcp.ClientSession, caps *mcp.ServerCapabilities, tools, prompts, resources bool) (catalog, error) {
+	var c catalog
+	if tools {
+		for t, err := range s.Tools(ctx, nil) {
+			if err != nil {
+				return c, fmt.Errorf("idemproxy: listing the upstream's tools: %w", err)
+			}
+			if t.InputSchema == nil {
+				t.InputSchema = map[string]any{"type": "object"}
+			}
+			c.tools = append(c.tools, t)
+		}
 	}
-	p.tools = append(p.tools, t)
-	forward := p.callTool
+	if prompts && caps.Prompts != nil {
+		for pr, err := range s.Prompts(ctx, nil) {
+			if err != nil {
+				return c, fmt.Errorf("idemproxy: listing the upstream's prompts: %w", err)
+			}
+			c.prompts = append(c.prompts, pr)
+		}
+	}
+	if resources && caps.Resources != nil {
+		for r, err := range s.Resources(ctx, nil) {
+			if err != nil {
+				return c, fmt.Errorf("idemproxy: listing the upstream's resources: %w", err)
+			}
+			c.resources = append(c.resources, r)
+		}
+		for rt, err := range s.ResourceTemplates(ctx, nil) {
+			if err != nil {
+				return c, fmt.Errorf("idemproxy: listing the upstream's resource templates: %w", err)
+			}
+			c.templates = append(c.templates, rt)
+		}
+	}
+	return c, nil
+}
+
+// NewServer returns the MCP server for one client session: serve it over
+// one connection (stdio), or from an mcp.StreamableHTTPHandler's getServer
+// for a new session (Handler does). It offers the upstream's catalog as
+// last listed and the upstream's capabilities, and connects its own
+// upstream session when its client has initialized, with that client's
+// name and capabilities (sampling, elicitation, roots), so that the
+// upstream sees the client it would have seen without the proxy. The
+// upstream session is closed when the client's session ends.
+func (p *MCPProxy) NewServer() *mcp.Server {
+	l := &mcpLink{p: p}
+	caps := &mcp.ServerCapabilities{Experimental: p.caps.Experimental, Extensions: p.caps.Extensions,
+		Completions: p.caps.Completions, Logging: p.caps.Logging, Prompts: p.caps.Prompts,
+		Resources: p.caps.Resources, Tools: p.caps.Tools}
+	if caps.Tools == nil {
+		// The proxy offers tools whatever the upstream says, and says
+		// when their list changes.
+		caps.Tools = &mcp.ToolCapabilities{ListChanged: true}
+	}
+	so := &mcp.ServerOptions{Instructions: p.instr, Capabilities: caps,
+		SupportedProtocolVersions: protocolVersions(),
+		InitializedHandler:        l.initialized,
+		RootsListChangedHandler:   l.rootsChanged,
+	}
+	if caps.Resources != nil && caps.Resources.Subscribe {
+		so.SubscribeHandler, so.UnsubscribeHandler = l.subscribe, l.unsubscribe
+	}
+	if caps.Completions != nil {
+		so.CompletionHandler = l.complete
+	}
+	l.srv = mcp.NewServer(p.impl, so)
+	l.srv.AddReceivingMiddleware(l.setLevel)
+	p.mu.Lock()
+	cat := p.cat
+	p.mu.Unlock()
+	l.offer(cat, true, true, true)
+	return l.srv
+}
+
+// Handler returns a streamable HTTP handler that serves a NewServer to
+// each new client session.
+func (p *MCPProxy) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		// The handler asks for a server on every request; one that names
+		// a session is served by that session's server, found by its id,
+		// and the server returned here only checks the protocol version.
+		if r.Header.Get("Mcp-Session-Id") != "" {
+			return p.probe
+		}
+		return p.NewServer()
+	}, opts)
+}
+
+// Tools returns the upstream's tools as last listed.
+func (p *MCPProxy) Tools() []*mcp.Tool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.cat.tools)
+}
+
+// Close closes every client session's upstream session. Calls still
+// running get an UpstreamError, held when the call was sent.
+func (p *MCPProxy) Close() error {
+	p.mu.Lock()
+	links := make([]*mcpLink, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		l.close()
+	}
+	return nil
+}
+
+// relisted records a session's new listing of the kinds it re-listed, for
+// the servers of sessions that start later.
+func (p *MCPProxy) relisted(c catalog, tools, prompts, resources bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tools {
+		p.cat.tools = c.tools
+	}
+	if prompts {
+		p.cat.prompts = c.prompts
+	}
+	if resources {
+		p.cat.resources, p.cat.templates = c.resources, c.templates
+	}
+}
+
+// guarded wraps forward, a tool's forwarding to the upstream, in the
+// Guard or not, as the options and the tool's annotations say.
+func (p *MCPProxy) guarded(t *mcp.Tool, forward mcp.ToolHandler) mcp.ToolHandler {
 	switch {
 	case slices.Contains(p.o.PassTools, t.Name):
-		p.srv.AddTool(t, p.logged(forward))
+		return p.logged(forward)
 	case slices.Contains(p.o.GuardTools, t.Name):
 		// Guarded as a write tool: its annotations stay as the upstream
 		// wrote them for clients, but the Guard judges a copy without the
@@ -148,142 +291,10 @@ func (p *MCPProxy) addTool(t *mcp.Tool) {
 			a.ReadOnlyHint, a.IdempotentHint = false, false
 			g.Annotations = &a
 		}
-		p.srv.AddTool(t, p.logged(p.guard.Handler(&g, forward)))
+		return p.logged(p.guard.Handler(&g, forward))
 	default:
-		p.srv.AddTool(t, p.logged(p.guard.Handler(t, forward)))
+		return p.logged(p.guard.Handler(t, forward))
 	}
-}
-
-// logged wraps a tool's handler: an UpstreamError becomes a tool error a
-// model can act on (after the Guard held or released the claim), and each
-// call gets a log line with the tool, the key and what was decided.
-func (p *MCPProxy) logged(h mcp.ToolHandler) mcp.ToolHandler {
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		n := &mcpNote{}
-		res, err := h(context.WithValue(ctx, noteKey{}, n), req)
-		decision := "passed through"
-		var ue *UpstreamError
-		switch {
-		case errors.As(err, &ue) && ue.Sent:
-			decision, res, err = "outcome unknown, held", upstreamRefusal(req, idemmcp.StatusOutcomeUnknown,
-				"the upstream was sent this call and did not answer; it may have acted, so it will not run again "+
-					"until the resolver or an operator settles its key: retry with the same key later", err), nil
-		case errors.As(err, &ue):
-			decision, res, err = "upstream unreachable, released", upstreamRefusal(req, idemmcp.StatusUnavailable,
-				"the upstream could not be reached and the call was not sent: retry with the same key", err), nil
-		case err != nil:
-			decision = "failed"
-		case res != nil && res.Meta[idemmcp.MetaReplayed] == true:
-			decision = "replayed"
-		case res != nil && res.Meta[idemmcp.MetaStatus] != nil:
-			decision = fmt.Sprintf("refused: %v", res.Meta[idemmcp.MetaStatus])
-		case n.guarded:
-			decision = "ran: recorded"
-		}
-		p.log(req, decision, err)
-		return res, err
-	}
-}
-
-// upstreamRefusal is the tool error for a call the upstream did not
-// answer, in idemmcp's shape (its _meta names the status and the key).
-func upstreamRefusal(req *mcp.CallToolRequest, status, text string, err error) *mcp.CallToolResult {
-	meta := mcp.Meta{idemmcp.MetaStatus: status}
-	if k, ok := req.Params.Meta[idemmcp.MetaKey]; ok {
-		meta[idemmcp.MetaKey] = k
-	}
-	if status == idemmcp.StatusUnavailable {
-		meta[idemmcp.MetaRetryAfter] = 1
-	}
-	return &mcp.CallToolResult{IsError: true, Meta: meta,
-		Content: []mcp.Content{&mcp.TextContent{Text: req.Params.Name + ": " + text + " (" + err.Error() + ")"}}}
-}
-
-// mcpNote is what forwarding one call learned, for its log line; written
-// and read on the call's goroutine.
-type mcpNote struct{ guarded bool }
-
-// session returns the upstream session, connecting a new one if there is
-// none or the last one failed.
-func (p *MCPProxy) session(ctx context.Context) (*mcp.ClientSession, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur != nil && !p.dead {
-		return p.cur, nil
-	}
-	if p.cur != nil {
-		_ = p.cur.Close()
-	}
-	s, err := p.o.Connect(ctx)
-	if err != nil {
-		p.cur = nil
-		return nil, err
-	}
-	p.cur, p.dead = s, false
-	go func() {
-		_ = s.Wait()
-		p.failed(s)
-	}()
-	return s, nil
-}
-
-// failed marks s as failed, if it is still the session in use.
-func (p *MCPProxy) failed(s *mcp.ClientSession) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur == s {
-		p.dead = true
-	}
-}
-
-// callTool forwards a tool call. A call the upstream could not be sent
-// returns an UpstreamError that is not Sent (the claim is released); one
-// sent and not answered, a Sent one (held). A JSON-RPC error is the
-// upstream's answer, handed on.
-func (p *MCPProxy) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	_, guarded := idem.ClaimFromContext(ctx)
-	if n, ok := ctx.Value(noteKey{}).(*mcpNote); ok {
-		n.guarded = guarded
-	}
-	if guarded && p.o.At != nil {
-		p.o.At(PointClaimed, req)
-	}
-	s, err := p.session(ctx)
-	if err != nil {
-		return nil, &UpstreamError{Err: err}
-	}
-	res, err := s.CallTool(ctx, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name,
-		Arguments: req.Params.Arguments})
-	var rpcErr *jsonrpc.Error
-	switch {
-	case errors.As(err, &rpcErr):
-		return nil, err
-	case err != nil:
-		p.failed(s)
-		return nil, &UpstreamError{Sent: true, Err: err}
-	}
-	if guarded && p.o.At != nil {
-		p.o.At(PointUpstreamAnswered, req)
-	}
-	return res, nil
-}
-
-// getPrompt forwards prompts/get.
-func (p *MCPProxy) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	s, err := p.session(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.GetPrompt(ctx, req.Params)
-}
-
-// readResource forwards resources/read.
-func (p *MCPProxy) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	s, err := p.session(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.ReadResource(ctx, req.Params)
 }
 
 // log logs a forwarded call.
@@ -302,4 +313,12 @@ func (p *MCPProxy) log(req *mcp.CallToolRequest, decision string, err error) {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
 	p.o.Logger.LogAttrs(context.Background(), slog.LevelInfo, "idem mcp-proxy", attrs...)
+}
+
+// warn logs what went wrong outside a call (an upstream session that
+// could not be connected, a re-listing that failed).
+func (p *MCPProxy) warn(msg string, err error) {
+	if p.o.Logger != nil {
+		p.o.Logger.Warn("idem mcp-proxy: "+msg, "error", err)
+	}
 }

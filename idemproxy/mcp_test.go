@@ -25,18 +25,23 @@ func mcpUpstream(runs *atomic.Int64) *mcp.Server {
 	return srv
 }
 
+// inMemory connects the proxy to up over in-memory transports.
+func inMemory(up *mcp.Server) func(context.Context) (mcp.Transport, error) {
+	return func(ctx context.Context) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(ctx, st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+}
+
 func TestNewMCP_GuardsWriteTools(t *testing.T) {
 	ctx := context.Background()
 	var runs atomic.Int64
 	up := mcpUpstream(&runs)
 	p, err := idemproxy.NewMCP(ctx, newStore(t, nil), &idemproxy.MCPOptions{
-		Connect: func(ctx context.Context) (*mcp.ClientSession, error) {
-			ct, st := mcp.NewInMemoryTransports()
-			if _, err := up.Connect(ctx, st, nil); err != nil {
-				return nil, err
-			}
-			return mcp.NewClient(&mcp.Implementation{Name: "proxy"}, nil).Connect(ctx, ct, nil)
-		},
+		Transport:  inMemory(up),
 		Guard:      idemmcp.Options{SharedScope: true},
 		GuardTools: []string{"mislabelled"},
 	})
@@ -45,7 +50,7 @@ func TestNewMCP_GuardsWriteTools(t *testing.T) {
 	}
 	defer p.Close()
 	ct, st := mcp.NewInMemoryTransports()
-	if _, err := p.Server().Connect(ctx, st, nil); err != nil {
+	if _, err := p.NewServer().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	sess, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, nil).Connect(ctx, ct, nil)

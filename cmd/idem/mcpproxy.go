@@ -114,7 +114,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if f.listen == "" {
 		fmt.Fprintf(stderr, "idem mcp-proxy: serving stdio in front of %s (%d tools, store %s)\n", upstream, len(p.Tools()), f.dir)
-		err := p.Server().Run(ctx, &mcp.StdioTransport{})
+		err := p.NewServer().Run(ctx, &mcp.StdioTransport{})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -124,8 +124,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() }, nil)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: p.Handler(nil), ReadHeaderTimeout: 10 * time.Second}
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "idem mcp-proxy: serving http://%s in front of %s (%d tools, store %s, scope %s)\n",
 		ln.Addr(), upstream, len(p.Tools()), f.dir, f.scope)
@@ -143,7 +142,6 @@ func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error)
 	o := &idemproxy.MCPOptions{GuardTools: splitList(f.guard), PassTools: splitList(f.pass)}
 	o.Guard.KeyArgument = f.keyArg
 	o.Guard.Retention = f.retention
-	client := mcp.NewClient(&mcp.Implementation{Name: "idem-mcp-proxy", Version: "1"}, nil)
 	switch {
 	case f.upstream != "" && len(f.command) > 0:
 		return nil, errors.New("give the upstream once: -upstream URL or a command after --, not both")
@@ -151,14 +149,14 @@ func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error)
 		if !strings.HasPrefix(f.upstream, "http://") && !strings.HasPrefix(f.upstream, "https://") {
 			return nil, fmt.Errorf("-upstream %q: want an http:// or https:// URL", f.upstream)
 		}
-		o.Connect = func(ctx context.Context) (*mcp.ClientSession, error) {
-			return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.upstream}, nil)
+		o.Transport = func(context.Context) (mcp.Transport, error) {
+			return &mcp.StreamableClientTransport{Endpoint: f.upstream}, nil
 		}
 	case len(f.command) > 0:
-		o.Connect = func(ctx context.Context) (*mcp.ClientSession, error) {
+		o.Transport = func(context.Context) (mcp.Transport, error) {
 			cmd := exec.Command(f.command[0], f.command[1:]...)
 			cmd.Stderr = stderr
-			return client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			return &mcp.CommandTransport{Command: cmd}, nil
 		}
 	default:
 		return nil, errors.New("no upstream: give -upstream URL or a command after --")

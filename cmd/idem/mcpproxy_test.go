@@ -129,6 +129,9 @@ func (r *mcpRig) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProxyCommand_Child$", "-test.count=1")
 	cmd.Env = append(os.Environ(), proxyChildEnv+"="+strings.Join(args, "\x1f"), mcpUpstreamEnv+"="+r.dir)
 	cmd.Stderr = &r.log
+	// Its own process group, so that the test's end stops the upstream
+	// children it starts too (each client session starts one).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r.proxy = cmd
 	r.mu.Unlock()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil)
@@ -180,7 +183,7 @@ func TestMCPProxyCommand_Kills(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.proxy != nil && r.proxy.Process != nil {
-			_ = r.proxy.Process.Kill()
+			_ = syscall.Kill(-r.proxy.Process.Pid, syscall.SIGKILL)
 		}
 	})
 
