@@ -30,12 +30,17 @@
 //	                                      off, the connection is aborted and the claim held
 //
 // NewMCP does the same for an MCP server: it offers an upstream's tools,
-// prompts and resources as they are, and puts idemmcp's Guard in front of
-// the write tools (their annotations decide; MCPOptions.GuardTools and
-// PassTools override). A call the upstream could not be sent releases its
-// claim; one it was sent and never answered (the child died, the
-// connection dropped) is an UpstreamError that Policy holds, answered as a
-// tool error with idempotencyStatus outcome_unknown.
+// prompts, resources and resource templates as they are, and puts
+// idemmcp's Guard in front of the write tools (their annotations decide;
+// MCPOptions.GuardTools and PassTools override). Each client session has
+// its own upstream session, so everything else passes through to the
+// right client: notifications (logging, progress, list changes, which
+// also re-list, resource updates), subscriptions, cancellation, and the
+// upstream's sampling, elicitation and roots requests. A call the upstream
+// could not be sent releases its claim; one it was sent and never answered
+// (the child died, the connection dropped, the client cancelled it) is an
+// UpstreamError that Policy holds, answered as a tool error with
+// idempotencyStatus outcome_unknown.
 //
 // A held claim is a stale claim: a repeat asks the store's Resolver. With
 // HTTPResolver, a URL the operator runs answers committed (with the answer
@@ -56,8 +61,8 @@
 // Request bodies are read whole (MaxBodyBytes) to be fingerprinted, so a
 // guarded request never streams its body to the upstream.
 //
-// The MCP proxy lists the upstream's tools once, at start, and does not
-// yet pass on the upstream's notifications (progress, logging, list
-// changes), cancellation, resource templates and subscriptions, or its
-// requests to the client (sampling, elicitation).
+// The MCP proxy speaks the session protocol (MCPProtocolVersion and
+// earlier) to both sides: the stateless protocol's multi round-trip
+// results are not forwarded. With a child upstream served over streamable
+// HTTP, each client session starts a child.
 package idemproxy
