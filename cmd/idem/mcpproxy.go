@@ -48,7 +48,10 @@ starts the upstream as a child over stdio (the command after --) or connects
 to its streamable HTTP endpoint (-upstream), lists its tools, prompts and
 resources, and offers the same to its own client over stdio (or over
 streamable HTTP with -listen): the same names, schemas, annotations and
-server name. A client that does not know idem sees the upstream's server.
+server name. A client that does not know idem sees the upstream's server:
+each client session gets its own upstream session (with a command, its own
+child), through which notifications, progress, cancellation, subscriptions
+and the upstream's sampling, elicitation and roots requests pass.
 
 Write tools are guarded as idemmcp guards them: the annotations decide
 (readOnlyHint and idempotentHint pass through; -guard and -pass override),
