@@ -91,19 +91,26 @@ type catalog struct {
 // the same names, schemas, annotations and descriptions, the upstream's
 // server name, instructions and capabilities. That first session is
 // closed; each client session connects its own (NewServer). store must be
-// opened as New requires (Policy and a Resolver). It returns an error
+// opened as New requires (Policy and a Resolver); with a nil store the
+// proxy forwards every call unguarded (plain forwarding, the same proxy
+// without the contract, for comparisons). It returns an error
 // wrapping ErrInvalidOptions for a bad configuration, and the upstream's
 // error when it cannot be reached or listed.
 func NewMCP(ctx context.Context, store *idem.Store, opts *MCPOptions) (*MCPProxy, error) {
 	switch {
 	case opts == nil || opts.Transport == nil:
 		return nil, fmt.Errorf("%w: MCPOptions.Transport is required", ErrInvalidOptions)
+	case store == nil:
+		// Plain forwarding: no Guard.
 	case !opts.Guard.Authenticated && opts.Guard.Scope == nil && !opts.Guard.SharedScope:
 		return nil, fmt.Errorf("%w: say how calls are scoped (Guard.SharedScope, Scope or Authenticated)", ErrInvalidOptions)
-	case store == nil || store.Options().Resolver == nil:
+	case store.Options().Resolver == nil:
 		return nil, fmt.Errorf("%w: a store with a Resolver (HTTPResolver or HoldResolver) is required", ErrInvalidOptions)
 	}
-	p := &MCPProxy{o: *opts, guard: idemmcp.New(store, &opts.Guard), links: map[*mcpLink]bool{}}
+	p := &MCPProxy{o: *opts, links: map[*mcpLink]bool{}}
+	if store != nil {
+		p.guard = idemmcp.New(store, &opts.Guard)
+	}
 	t, err := p.o.Transport(ctx)
 	if err != nil {
 		return nil, err
@@ -279,7 +286,7 @@ func (p *MCPProxy) relisted(c catalog, tools, prompts, resources bool) {
 // Guard or not, as the options and the tool's annotations say.
 func (p *MCPProxy) guarded(t *mcp.Tool, forward mcp.ToolHandler) mcp.ToolHandler {
 	switch {
-	case slices.Contains(p.o.PassTools, t.Name):
+	case p.guard == nil || slices.Contains(p.o.PassTools, t.Name):
 		return p.logged(forward)
 	case slices.Contains(p.o.GuardTools, t.Name):
 		// Guarded as a write tool: its annotations stay as the upstream

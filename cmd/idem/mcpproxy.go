@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -29,6 +30,7 @@ type mcpProxyFlags struct {
 	serveFlags
 	upstream, listen    string
 	guard, pass, keyArg string
+	plain               bool
 	command             []string // after "--"
 }
 
@@ -41,6 +43,7 @@ func newMCPProxyFlags(stderr io.Writer) *mcpProxyFlags {
 	fs.StringVar(&f.listen, "listen", "", "serve streamable HTTP on `host:port` (default: serve stdio)")
 	fs.StringVar(&f.guard, "guard", "", "comma-separated `tools` guarded whatever their annotations say")
 	fs.StringVar(&f.pass, "pass", "", "comma-separated `tools` passed through unguarded")
+	fs.BoolVar(&f.plain, "plain", false, "forward only, with no store (for comparisons); DIR is then not needed")
 	fs.StringVar(&f.keyArg, "key-argument", "", "a tool `argument` that may carry the key, for models that cannot set _meta")
 	setUsage(fs, "DIR [-listen HOST:PORT] [-scope SCOPE] [-resolver URL] (-upstream URL | -- COMMAND [ARGS...])", `
 Puts idem's contract in front of an MCP server written in any language: it
@@ -76,7 +79,10 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if at := slices.Index(args, "--"); at >= 0 {
 		args, f.command = args[:at], args[at+1:]
 	}
-	if err := f.parseServe(args, false); err != nil {
+	// -plain may come anywhere: look for it before parsing, which needs
+	// to know whether DIR is required.
+	plain := slices.Contains(args, "-plain") || slices.Contains(args, "--plain")
+	if err := f.parseServe(args, plain); err != nil {
 		return err
 	}
 	opts, err := f.options(stderr)
@@ -87,15 +93,17 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	opts.Logger = logger
-	store, err := f.openProxyStore(ctx, logger)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := store.Close(); err == nil {
-			err = cerr
+	var store *idem.Store
+	if !f.plain {
+		if store, err = f.openProxyStore(ctx, logger); err != nil {
+			return err
 		}
-	}()
+		defer func() {
+			if cerr := store.Close(); err == nil {
+				err = cerr
+			}
+		}()
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stop()
 	p, err := idemproxy.NewMCP(ctx, store, opts)
@@ -105,18 +113,22 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	defer p.Close()
 	served := make(chan error, 2)
 	var adminSrv *http.Server
-	if f.admin != "" {
+	if f.admin != "" && store != nil {
 		if adminSrv, err = serveProxyAdmin(f.admin, store, &f.decisions, stderr, served); err != nil {
 			return err
 		}
 		defer adminSrv.Close()
+	}
+	storeLabel := f.dir
+	if store == nil {
+		storeLabel = "no store (plain forwarding)"
 	}
 	upstream := f.upstream
 	if upstream == "" {
 		upstream = strings.Join(f.command, " ")
 	}
 	if f.listen == "" {
-		fmt.Fprintf(stderr, "idem mcp-proxy: serving stdio in front of %s (%d tools, store %s)\n", upstream, len(p.Tools()), f.dir)
+		fmt.Fprintf(stderr, "idem mcp-proxy: serving stdio in front of %s (%d tools, store %s)\n", upstream, len(p.Tools()), storeLabel)
 		err := p.NewServer().Run(ctx, &mcp.StdioTransport{})
 		if ctx.Err() != nil {
 			return nil
@@ -130,7 +142,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	srv := &http.Server{Handler: p.Handler(nil), ReadHeaderTimeout: 10 * time.Second}
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "idem mcp-proxy: serving http://%s in front of %s (%d tools, store %s, scope %s)\n",
-		ln.Addr(), upstream, len(p.Tools()), f.dir, f.scope)
+		ln.Addr(), upstream, len(p.Tools()), storeLabel, f.scope)
 	select {
 	case err := <-served:
 		_ = srv.Close()
@@ -165,6 +177,9 @@ func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error)
 		return nil, errors.New("no upstream: give -upstream URL or a command after --")
 	}
 	scope := f.scope
+	if f.plain {
+		scope = "shared" // no Guard: the scope is never read
+	}
 	if scope == "" {
 		if f.listen != "" {
 			return nil, errors.New("-scope is required with -listen: header:NAME, fixed:NAME or shared")
