@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmcp"
 	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -25,7 +26,7 @@ func (s *Suite) proxyMCPCalls(ctx context.Context) error {
 	s.addWorkload(Workload{ID: id, Title: "idem mcp-proxy: first call and replay against direct and plain forwarding",
 		About: fmt.Sprintf("one call = tools/call of a write tool with a %d-byte JSON argument over streamable HTTP on "+
 			"127.0.0.1 (the Go SDK's client and server, one session, one goroutine) to a Go SDK upstream answering a "+
-			"%d-byte text: called directly, through idemproxy.NewMCP without a store (plain forwarding), through it on a "+
+			"%d-byte text: called directly, through mcpproxy.New without a store (plain forwarding), through it on a "+
 			"durable store with a new key each call (first call), or replaying one of 100 done keys (replay); store cycle "+
 			"is a lone durable claim and completion on the proxy's store, timed beside them", len(requestBody), len(benchResult)),
 		Unit: "ns/op", Reference: "proxy first call"})
@@ -54,12 +55,12 @@ func (s *Suite) proxyMCPCalls(ctx context.Context) error {
 	transport := func(context.Context) (mcp.Transport, error) {
 		return &mcp.StreamableClientTransport{Endpoint: upSrv.URL}, nil
 	}
-	plain, err := idemproxy.NewMCP(ctx, nil, &idemproxy.MCPOptions{Transport: transport})
+	plain, err := mcpproxy.New(ctx, nil, &mcpproxy.Options{Transport: transport})
 	if err != nil {
 		return err
 	}
 	defer plain.Close()
-	guarded, err := idemproxy.NewMCP(ctx, store, &idemproxy.MCPOptions{Transport: transport,
+	guarded, err := mcpproxy.New(ctx, store, &mcpproxy.Options{Transport: transport,
 		Guard: idemmcp.Options{SharedScope: true}})
 	if err != nil {
 		return err

@@ -18,10 +18,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// idem mcp-proxy serves idemproxy.MCPProxy: an upstream MCP server (a
+// idem mcp-proxy serves mcpproxy.Proxy: an upstream MCP server (a
 // child over stdio, or a streamable HTTP endpoint) offered to clients over
 // stdio or streamable HTTP, its write tools guarded as idemmcp guards them.
 
@@ -106,7 +107,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stop()
-	p, err := idemproxy.NewMCP(ctx, store, opts)
+	p, err := mcpproxy.New(ctx, store, opts)
 	if err != nil {
 		return err
 	}
@@ -152,9 +153,9 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	return shutdownProxy(srv, nil, f.shutdown, stderr)
 }
 
-// options turns the flags into idemproxy.MCPOptions.
-func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error) {
-	o := &idemproxy.MCPOptions{GuardTools: splitList(f.guard), PassTools: splitList(f.pass)}
+// options turns the flags into mcpproxy.Options.
+func (f *mcpProxyFlags) options(stderr io.Writer) (*mcpproxy.Options, error) {
+	o := &mcpproxy.Options{GuardTools: splitList(f.guard), PassTools: splitList(f.pass)}
 	o.Guard.KeyArgument = f.keyArg
 	o.Guard.Retention = f.retention
 	switch {

@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 the MCP proxy passes on every feature of the session protocol, the ones the 2026-07-28 protocol deprecates (sampling, roots, logging) included, for the clients and servers that use them
 
-package idemproxy
+package mcpproxy
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmcp"
+	"github.com/idemkit/idem/idemproxy"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -21,7 +22,7 @@ import (
 // notifications/cancelled upstream for a call whose context is cancelled.
 
 // callTool forwards a tool call. A call the upstream could not be sent
-// returns an UpstreamError that is not Sent (the claim is released); one
+// returns an idemproxy.UpstreamError that is not Sent (the claim is released); one
 // sent and not answered (the upstream died, the connection dropped, the
 // client cancelled it), a Sent one (held: it may have acted). A JSON-RPC
 // error is the upstream's answer, handed on.
@@ -31,14 +32,14 @@ func (l *mcpLink) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		n.guarded = guarded
 	}
 	if guarded && l.p.o.At != nil {
-		l.p.o.At(PointClaimed, req)
+		l.p.o.At(idemproxy.PointClaimed, req)
 	}
 	s, err := l.session(ctx)
 	if err == nil {
 		err = ctx.Err() // cancelled before it was sent: it cannot have acted
 	}
 	if err != nil {
-		return nil, &UpstreamError{Err: err}
+		return nil, &idemproxy.UpstreamError{Err: err}
 	}
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name,
 		Arguments: req.Params.Arguments})
@@ -50,13 +51,13 @@ func (l *mcpLink) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		// Cancelled by the client (or the proxy stopping) once sent: the
 		// SDK told the upstream, which may have acted already. The
 		// session is still good.
-		return nil, &UpstreamError{Sent: true, Err: fmt.Errorf("cancelled: %w", err)}
+		return nil, &idemproxy.UpstreamError{Sent: true, Err: fmt.Errorf("cancelled: %w", err)}
 	case err != nil:
 		l.failed(s)
-		return nil, &UpstreamError{Sent: true, Err: err}
+		return nil, &idemproxy.UpstreamError{Sent: true, Err: err}
 	}
 	if guarded && l.p.o.At != nil {
-		l.p.o.At(PointUpstreamAnswered, req)
+		l.p.o.At(idemproxy.PointUpstreamAnswered, req)
 	}
 	return res, nil
 }
@@ -189,15 +190,15 @@ func (l *mcpLink) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elic
 	return down.Elicit(ctx, req.Params)
 }
 
-// logged wraps a tool's handler: an UpstreamError becomes a tool error a
+// logged wraps a tool's handler: an idemproxy.UpstreamError becomes a tool error a
 // model can act on (after the Guard held or released the claim), and each
 // call gets a log line with the tool, the key and what was decided.
-func (p *MCPProxy) logged(h mcp.ToolHandler) mcp.ToolHandler {
+func (p *Proxy) logged(h mcp.ToolHandler) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		n := &mcpNote{}
 		res, err := h(context.WithValue(ctx, noteKey{}, n), req)
 		decision := "passed through"
-		var ue *UpstreamError
+		var ue *idemproxy.UpstreamError
 		switch {
 		case errors.As(err, &ue) && ue.Sent:
 			decision, res, err = "outcome unknown, held", upstreamRefusal(req, idemmcp.StatusOutcomeUnknown,
@@ -240,3 +241,6 @@ func upstreamRefusal(req *mcp.CallToolRequest, status, text string, err error) *
 // mcpNote is what forwarding one call learned, for its log line; written
 // and read on the call's goroutine.
 type mcpNote struct{ guarded bool }
+
+// noteKey is the context key of a call's note.
+type noteKey struct{}

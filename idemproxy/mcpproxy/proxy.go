@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 the MCP proxy passes on every feature of the session protocol, the ones the 2026-07-28 protocol deprecates (sampling, roots, logging) included, for the clients and servers that use them
 
-package idemproxy
+package mcpproxy
 
 import (
 	"context"
@@ -12,20 +12,21 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmcp"
+	"github.com/idemkit/idem/idemproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MCPProtocolVersion is the protocol version the MCP proxy asks its
+// ProtocolVersion is the protocol version the MCP proxy asks its
 // upstream for, and the newest it offers its clients: the session
 // protocol, in which a server sends notifications and requests (sampling,
 // elicitation, roots) on the session. The stateless protocol of 2026-07-28
 // carries them as multi round-trip results, which the proxy does not
 // forward yet.
-const MCPProtocolVersion = "2025-11-25"
+const ProtocolVersion = "2025-11-25"
 
-// MCPOptions configure an MCP proxy (NewMCP). Transport and one of the
+// Options configure an MCP proxy (New). Transport and one of the
 // Guard's scope choices are required.
-type MCPOptions struct {
+type Options struct {
 	// Transport returns a new transport to the upstream server: a child
 	// process over stdio (mcp.CommandTransport with a new exec.Cmd) or a
 	// streamable HTTP endpoint. The proxy connects over it once at start
@@ -50,19 +51,19 @@ type MCPOptions struct {
 	// not be connected or re-listed. Default none.
 	Logger *slog.Logger
 
-	// At, if set, is called at PointClaimed and PointUpstreamAnswered of
+	// At, if set, is called at idemproxy.PointClaimed and idemproxy.PointUpstreamAnswered of
 	// a guarded call: a seam for tests that kill the proxy there.
-	At func(Point, *mcp.CallToolRequest)
+	At func(idemproxy.Point, *mcp.CallToolRequest)
 }
 
-// MCPProxy offers an upstream MCP server's tools, prompts, resources and
+// Proxy offers an upstream MCP server's tools, prompts, resources and
 // resource templates to clients, with idemmcp's Guard in front of the
 // write tools. Each client session gets its own mcp.Server (NewServer)
 // paired with its own upstream session, through which everything else
 // passes: notifications, progress, cancellation, subscriptions, and the
 // upstream's requests to the client (sampling, elicitation, roots).
-type MCPProxy struct {
-	o     MCPOptions
+type Proxy struct {
+	o     Options
 	guard *idemmcp.Guard
 	impl  *mcp.Implementation     // the upstream's, as it introduced itself at start
 	instr string                  // the upstream's instructions
@@ -86,7 +87,7 @@ type catalog struct {
 	templates []*mcp.ResourceTemplate
 }
 
-// NewMCP connects to the upstream once, lists its tools, prompts,
+// New connects to the upstream once, lists its tools, prompts,
 // resources and resource templates, and returns a proxy that offers them:
 // the same names, schemas, annotations and descriptions, the upstream's
 // server name, instructions and capabilities. That first session is
@@ -94,20 +95,20 @@ type catalog struct {
 // opened as New requires (Policy and a Resolver); with a nil store the
 // proxy forwards every call unguarded (plain forwarding, the same proxy
 // without the contract, for comparisons). It returns an error
-// wrapping ErrInvalidOptions for a bad configuration, and the upstream's
+// wrapping idemproxy.ErrInvalidOptions for a bad configuration, and the upstream's
 // error when it cannot be reached or listed.
-func NewMCP(ctx context.Context, store *idem.Store, opts *MCPOptions) (*MCPProxy, error) {
+func New(ctx context.Context, store *idem.Store, opts *Options) (*Proxy, error) {
 	switch {
 	case opts == nil || opts.Transport == nil:
-		return nil, fmt.Errorf("%w: MCPOptions.Transport is required", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: Options.Transport is required", idemproxy.ErrInvalidOptions)
 	case store == nil:
 		// Plain forwarding: no Guard.
 	case !opts.Guard.Authenticated && opts.Guard.Scope == nil && !opts.Guard.SharedScope:
-		return nil, fmt.Errorf("%w: say how calls are scoped (Guard.SharedScope, Scope or Authenticated)", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: say how calls are scoped (Guard.SharedScope, Scope or Authenticated)", idemproxy.ErrInvalidOptions)
 	case store.Options().Resolver == nil:
-		return nil, fmt.Errorf("%w: a store with a Resolver (HTTPResolver or HoldResolver) is required", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: a store with a Resolver (HTTPResolver or HoldResolver) is required", idemproxy.ErrInvalidOptions)
 	}
-	p := &MCPProxy{o: *opts, links: map[*mcpLink]bool{}}
+	p := &Proxy{o: *opts, links: map[*mcpLink]bool{}}
 	if store != nil {
 		p.guard = idemmcp.New(store, &opts.Guard)
 	}
@@ -117,7 +118,7 @@ func NewMCP(ctx context.Context, store *idem.Store, opts *MCPOptions) (*MCPProxy
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "idem-mcp-proxy", Version: "1"},
 		&mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
-	s, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: MCPProtocolVersion})
+	s, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return nil, err
 	}
@@ -140,11 +141,11 @@ func NewMCP(ctx context.Context, store *idem.Store, opts *MCPOptions) (*MCPProxy
 }
 
 // protocolVersions are the versions the proxy's servers offer: the
-// session protocol's, MCPProtocolVersion and earlier.
+// session protocol's, ProtocolVersion and earlier.
 func protocolVersions() []string {
 	var vs []string
 	for _, v := range mcp.SupportedProtocolVersions() {
-		if v <= MCPProtocolVersion {
+		if v <= ProtocolVersion {
 			vs = append(vs, v)
 		}
 	}
@@ -200,7 +201,7 @@ func list(ctx context.Context, s *mcp.ClientSession, caps *mcp.ServerCapabilitie
 // name and capabilities (sampling, elicitation, roots), so that the
 // upstream sees the client it would have seen without the proxy. The
 // upstream session is closed when the client's session ends.
-func (p *MCPProxy) NewServer() *mcp.Server {
+func (p *Proxy) NewServer() *mcp.Server {
 	l := &mcpLink{p: p}
 	caps := &mcp.ServerCapabilities{Experimental: p.caps.Experimental, Extensions: p.caps.Extensions,
 		Completions: p.caps.Completions, Logging: p.caps.Logging, Prompts: p.caps.Prompts,
@@ -232,7 +233,7 @@ func (p *MCPProxy) NewServer() *mcp.Server {
 
 // Handler returns a streamable HTTP handler that serves a NewServer to
 // each new client session.
-func (p *MCPProxy) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
+func (p *Proxy) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		// The handler asks for a server on every request; one that names
 		// a session is served by that session's server, found by its id,
@@ -245,15 +246,15 @@ func (p *MCPProxy) Handler(opts *mcp.StreamableHTTPOptions) http.Handler {
 }
 
 // Tools returns the upstream's tools as last listed.
-func (p *MCPProxy) Tools() []*mcp.Tool {
+func (p *Proxy) Tools() []*mcp.Tool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.cat.tools)
 }
 
 // Close closes every client session's upstream session. Calls still
-// running get an UpstreamError, held when the call was sent.
-func (p *MCPProxy) Close() error {
+// running get an idemproxy.UpstreamError, held when the call was sent.
+func (p *Proxy) Close() error {
 	p.mu.Lock()
 	links := make([]*mcpLink, 0, len(p.links))
 	for l := range p.links {
@@ -268,7 +269,7 @@ func (p *MCPProxy) Close() error {
 
 // relisted records a session's new listing of the kinds it re-listed, for
 // the servers of sessions that start later.
-func (p *MCPProxy) relisted(c catalog, tools, prompts, resources bool) {
+func (p *Proxy) relisted(c catalog, tools, prompts, resources bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if tools {
@@ -284,7 +285,7 @@ func (p *MCPProxy) relisted(c catalog, tools, prompts, resources bool) {
 
 // guarded wraps forward, a tool's forwarding to the upstream, in the
 // Guard or not, as the options and the tool's annotations say.
-func (p *MCPProxy) guarded(t *mcp.Tool, forward mcp.ToolHandler) mcp.ToolHandler {
+func (p *Proxy) guarded(t *mcp.Tool, forward mcp.ToolHandler) mcp.ToolHandler {
 	switch {
 	case p.guard == nil || slices.Contains(p.o.PassTools, t.Name):
 		return p.logged(forward)
@@ -305,7 +306,7 @@ func (p *MCPProxy) guarded(t *mcp.Tool, forward mcp.ToolHandler) mcp.ToolHandler
 }
 
 // log logs a forwarded call.
-func (p *MCPProxy) log(req *mcp.CallToolRequest, decision string, err error) {
+func (p *Proxy) log(req *mcp.CallToolRequest, decision string, err error) {
 	if p.o.Logger == nil {
 		return
 	}
@@ -324,7 +325,7 @@ func (p *MCPProxy) log(req *mcp.CallToolRequest, decision string, err error) {
 
 // warn logs what went wrong outside a call (an upstream session that
 // could not be connected, a re-listing that failed).
-func (p *MCPProxy) warn(msg string, err error) {
+func (p *Proxy) warn(msg string, err error) {
 	if p.o.Logger != nil {
 		p.o.Logger.Warn("idem mcp-proxy: "+msg, "error", err)
 	}

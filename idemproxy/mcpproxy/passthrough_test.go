@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 the MCP proxy passes on every feature of the session protocol, the ones the 2026-07-28 protocol deprecates (sampling, roots, logging) included, for the clients and servers that use them
 
-package idemproxy_test
+package mcpproxy_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/idemmcp"
-	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -125,10 +125,10 @@ type passClient struct {
 
 // newPassProxy serves a proxy in front of up (in memory) and connects a
 // client that samples, elicits and has a root.
-func newPassProxy(t *testing.T, up *passUpstream) (*idemproxy.MCPProxy, *passClient) {
+func newPassProxy(t *testing.T, up *passUpstream) (*mcpproxy.Proxy, *passClient) {
 	t.Helper()
 	ctx := context.Background()
-	p, err := idemproxy.NewMCP(ctx, newStore(t, nil), &idemproxy.MCPOptions{Transport: inMemory(up.srv),
+	p, err := mcpproxy.New(ctx, newStore(t), &mcpproxy.Options{Transport: inMemory(up.srv),
 		Guard: idemmcp.Options{SharedScope: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +385,7 @@ func TestMCPProxy_SessionsOverHTTP(t *testing.T) {
 	// the next).
 	upSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up.srv }, nil))
 	t.Cleanup(upSrv.Close)
-	p, err := idemproxy.NewMCP(ctx, newStore(t, nil), &idemproxy.MCPOptions{
+	p, err := mcpproxy.New(ctx, newStore(t), &mcpproxy.Options{
 		Transport: func(context.Context) (mcp.Transport, error) {
 			return &mcp.StreamableClientTransport{Endpoint: upSrv.URL}, nil
 		},

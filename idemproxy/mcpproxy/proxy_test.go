@@ -1,4 +1,4 @@
-package idemproxy_test
+package mcpproxy_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/idemmcp"
-	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -36,11 +36,11 @@ func inMemory(up *mcp.Server) func(context.Context) (mcp.Transport, error) {
 	}
 }
 
-func TestNewMCP_GuardsWriteTools(t *testing.T) {
+func TestNew_GuardsWriteTools(t *testing.T) {
 	ctx := context.Background()
 	var runs atomic.Int64
 	up := mcpUpstream(&runs)
-	p, err := idemproxy.NewMCP(ctx, newStore(t, nil), &idemproxy.MCPOptions{
+	p, err := mcpproxy.New(ctx, newStore(t), &mcpproxy.Options{
 		Transport:  inMemory(up),
 		Guard:      idemmcp.Options{SharedScope: true},
 		GuardTools: []string{"mislabelled"},
@@ -93,8 +93,8 @@ func TestNewMCP_GuardsWriteTools(t *testing.T) {
 	}
 }
 
-func TestNewMCP_Invalid(t *testing.T) {
-	if _, err := idemproxy.NewMCP(context.Background(), newStore(t, nil), &idemproxy.MCPOptions{}); err == nil {
+func TestNew_Invalid(t *testing.T) {
+	if _, err := mcpproxy.New(context.Background(), newStore(t), &mcpproxy.Options{}); err == nil {
 		t.Fatal("no Connect accepted")
 	}
 }

@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 the MCP proxy passes on every feature of the session protocol, the ones the 2026-07-28 protocol deprecates (sampling, roots, logging) included, for the clients and servers that use them
 
-package idemproxy
+package mcpproxy
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // answer: calls, reads and gets forwarded up; notifications, progress and
 // the upstream's requests (sampling, elicitation, roots) forwarded down.
 type mcpLink struct {
-	p   *MCPProxy
+	p   *Proxy
 	srv *mcp.Server // this session's server; it has at most one session
 
 	// mu guards the rest: the client session (down, once initialized),
@@ -161,7 +161,7 @@ func (l *mcpLink) session(ctx context.Context) (*mcp.ClientSession, error) {
 		l.cur = nil
 		return nil, err
 	}
-	s, err := l.client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: MCPProtocolVersion})
+	s, err := l.client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		l.cur = nil
 		return nil, err
