@@ -88,7 +88,11 @@ func (l *mcpLink) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if err != nil {
 		return err
 	}
-	return s.Subscribe(ctx, req.Params)
+	if err := s.Subscribe(ctx, req.Params); err != nil {
+		return err
+	}
+	l.note("", req.Params.URI, true)
+	return nil
 }
 
 // unsubscribe forwards resources/unsubscribe.
@@ -97,7 +101,11 @@ func (l *mcpLink) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 	if err != nil {
 		return err
 	}
-	return s.Unsubscribe(ctx, req.Params)
+	if err := s.Unsubscribe(ctx, req.Params); err != nil {
+		return err
+	}
+	l.note("", req.Params.URI, false)
+	return nil
 }
 
 // complete forwards completion/complete.
@@ -128,6 +136,7 @@ func (l *mcpLink) setLevel(next mcp.MethodHandler) mcp.MethodHandler {
 		if err := s.SetLoggingLevel(ctx, params); err != nil {
 			return nil, err
 		}
+		l.note(params.Level, "", false)
 		return next(ctx, method, req)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 
@@ -37,6 +38,14 @@ type mcpLink struct {
 	// client it changed.
 	tools, prompts, resources, templates []string
 	listed                               [3]string
+
+	// What the client set up on the upstream session, to set up again on
+	// the next one when it fails (a restarted child is a new server): the
+	// logging level, and the resources subscribed to. connects counts the
+	// sessions connected.
+	level      mcp.LoggingLevel
+	subscribed map[string]bool
+	connects   int
 }
 
 // errSessionEnded is a call's error when its client session has ended.
@@ -167,11 +176,53 @@ func (l *mcpLink) session(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, err
 	}
 	l.cur, l.dead = s, false
+	l.connects++
 	go func() {
 		_ = s.Wait()
 		l.failed(s)
 	}()
+	if l.connects > 1 {
+		go l.restore(s, l.level, slices.Sorted(maps.Keys(l.subscribed)))
+	}
 	return s, nil
+}
+
+// restore sets a new upstream session up as the client had set up the
+// failed one (its logging level, its subscriptions), and lists the
+// upstream again: a restarted child may offer something else.
+func (l *mcpLink) restore(s *mcp.ClientSession, level mcp.LoggingLevel, uris []string) {
+	ctx := context.Background()
+	if level != "" {
+		if err := s.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level}); err != nil {
+			l.p.warn("setting the logging level again on a new upstream session", err)
+		}
+	}
+	for _, uri := range uris {
+		if err := s.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			l.p.warn("subscribing again on a new upstream session", err)
+		}
+	}
+	l.relist(true, true, true)
+}
+
+// note remembers what the client set up on the upstream session, for
+// restore: a level when level is not empty, a subscription to uri when on,
+// its end when not.
+func (l *mcpLink) note(level mcp.LoggingLevel, uri string, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if level != "" {
+		l.level = level
+		return
+	}
+	if l.subscribed == nil {
+		l.subscribed = map[string]bool{}
+	}
+	if on {
+		l.subscribed[uri] = true
+	} else {
+		delete(l.subscribed, uri)
+	}
 }
 
 // failed marks s as failed, if it is still the session in use.

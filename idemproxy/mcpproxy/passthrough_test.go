@@ -412,3 +412,51 @@ func TestMCPProxy_SessionsOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestProxy_UpstreamRestarted ends the upstream session under a client
+// that set a logging level and subscribed: the next call connects a new
+// one, which is set up again, so the client still gets log messages and
+// resource updates.
+func TestProxy_UpstreamRestarted(t *testing.T) {
+	ctx := context.Background()
+	up := newPassUpstream()
+	_, pc := newPassProxy(t, up)
+	if err := pc.sess.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.sess.Subscribe(ctx, &mcp.SubscribeParams{URI: "status://refunds"}); err != nil {
+		t.Fatal(err)
+	}
+	<-up.subscribed
+	for ss := range up.srv.Sessions() {
+		_ = ss.Close() // the upstream's end of the proxy's session: as a child that died
+		_ = ss.Wait()
+	}
+	// A call may still find the old session and be told the outcome is
+	// unknown (it is unguarded: nothing is held); the next one reconnects.
+	for i := 0; ; i++ {
+		res := pc.call(t, ctx, "peek", "", "t")
+		if !res.IsError {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("no new upstream session: %q", resultText(res))
+		}
+	}
+	if got := <-up.subscribed; got != "status://refunds" {
+		t.Fatalf("subscribed again to %q", got)
+	}
+	// The level was set again before the subscription: a call now logs.
+	pc.call(t, ctx, "peek", "", "t")
+	for got := range pc.logs {
+		if got == "info peek working" {
+			break
+		}
+	}
+	if err := up.srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "status://refunds"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-pc.updated; got != "status://refunds" {
+		t.Fatalf("updated: %q", got)
+	}
+}
