@@ -460,3 +460,39 @@ func TestProxy_UpstreamRestarted(t *testing.T) {
 		t.Fatalf("updated: %q", got)
 	}
 }
+
+func TestProxy_Completion(t *testing.T) {
+	ctx := context.Background()
+	up := mcp.NewServer(&mcp.Implementation{Name: "completes", Version: "1"}, &mcp.ServerOptions{
+		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{req.Params.Argument.Value + "-1042"}}}, nil
+		}})
+	up.AddPrompt(&mcp.Prompt{Name: "refund", Arguments: []*mcp.PromptArgument{{Name: "order"}}},
+		func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
+				Content: &mcp.TextContent{Text: "refund " + req.Params.Arguments["order"]}}}}, nil
+		})
+	p, err := mcpproxy.New(ctx, newStore(t), &mcpproxy.Options{Transport: inMemory(up), Guard: idemmcp.Options{SharedScope: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := p.NewServer().Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	got, err := sess.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "refund"},
+		Argument: mcp.CompleteParamsArgument{Name: "order", Value: "o"}})
+	if err != nil || len(got.Completion.Values) != 1 || got.Completion.Values[0] != "o-1042" {
+		t.Fatalf("completion: %v %+v", err, got)
+	}
+	prompt, err := sess.GetPrompt(ctx, &mcp.GetPromptParams{Name: "refund", Arguments: map[string]string{"order": "o-7"}})
+	if err != nil || prompt.Messages[0].Content.(*mcp.TextContent).Text != "refund o-7" {
+		t.Fatalf("prompt: %v %+v", err, prompt)
+	}
+}
