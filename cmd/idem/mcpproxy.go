@@ -32,6 +32,7 @@ type mcpProxyFlags struct {
 	upstream, listen    string
 	guard, pass, keyArg string
 	plain               bool
+	idle                time.Duration
 	command             []string // after "--"
 }
 
@@ -44,6 +45,7 @@ func newMCPProxyFlags(stderr io.Writer) *mcpProxyFlags {
 	fs.StringVar(&f.listen, "listen", "", "serve streamable HTTP on `host:port` (default: serve stdio)")
 	fs.StringVar(&f.guard, "guard", "", "comma-separated `tools` guarded whatever their annotations say")
 	fs.StringVar(&f.pass, "pass", "", "comma-separated `tools` passed through unguarded")
+	fs.DurationVar(&f.idle, "session-timeout", 30*time.Minute, "with -listen, close a client session idle this long, and its upstream session (with a command, its child); 0 never")
 	fs.BoolVar(&f.plain, "plain", false, "forward only, with no store (for comparisons); DIR is then not needed")
 	fs.StringVar(&f.keyArg, "key-argument", "", "a tool `argument` that may carry the key, for models that cannot set _meta")
 	setUsage(fs, "DIR [-listen HOST:PORT] [-scope SCOPE] [-resolver URL] (-upstream URL | -- COMMAND [ARGS...])", `
@@ -140,7 +142,7 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: p.Handler(nil), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: p.Handler(&mcp.StreamableHTTPOptions{SessionTimeout: f.idle}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "idem mcp-proxy: serving http://%s in front of %s (%d tools, store %s, scope %s)\n",
 		ln.Addr(), upstream, len(p.Tools()), storeLabel, f.scope)
