@@ -209,13 +209,16 @@ func (p *Proxy) logged(h mcp.ToolHandler) mcp.ToolHandler {
 		decision := "passed through"
 		var ue *idemproxy.UpstreamError
 		switch {
+		case errors.As(err, &ue) && ue.Sent && !n.guarded:
+			// Nothing was claimed, so nothing is held: say what happened
+			// without idemmcp's status, which would promise a held key.
+			decision, res, err = "passed through: outcome unknown", &mcp.CallToolResult{IsError: true,
+				Content: []mcp.Content{&mcp.TextContent{Text: req.Params.Name + ": the upstream was sent this call " +
+					"and did not answer; it may have acted (" + ue.Err.Error() + ")"}}}, nil
 		case errors.As(err, &ue) && ue.Sent:
 			decision, res, err = "outcome unknown, held", upstreamRefusal(req, idemmcp.StatusOutcomeUnknown,
 				"the upstream was sent this call and did not answer; it may have acted, so it will not run again "+
 					"until the resolver or an operator settles its key: retry with the same key later", err), nil
-			if !n.guarded {
-				decision = "passed through: outcome unknown"
-			}
 		case errors.As(err, &ue):
 			decision, res, err = "upstream unreachable, released", upstreamRefusal(req, idemmcp.StatusUnavailable,
 				"the upstream could not be reached and the call was not sent: retry with the same key", err), nil
