@@ -23,8 +23,8 @@ type mcpLink struct {
 
 	// mu guards the rest: the client session (down, once initialized),
 	// the upstream client made for it, the upstream session in use and
-	// whether it failed, whether the client session ended, and the tools
-	// srv offers.
+	// whether it failed, whether the client session ended, what srv
+	// offers, and what the client set up upstream.
 	mu     sync.Mutex
 	down   *mcp.ServerSession
 	client *mcp.Client
@@ -49,7 +49,7 @@ type mcpLink struct {
 }
 
 // errSessionEnded is a call's error when its client session has ended.
-var errSessionEnded = errors.New("idemproxy: the client session has ended")
+var errSessionEnded = errors.New("mcpproxy: the client session has ended")
 
 // initialized is the server's InitializedHandler: the client is known, so
 // its upstream client is made in its image and connected, for the

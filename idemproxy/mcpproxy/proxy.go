@@ -160,7 +160,7 @@ func list(ctx context.Context, s *mcp.ClientSession, caps *mcp.ServerCapabilitie
 	if tools {
 		for t, err := range s.Tools(ctx, nil) {
 			if err != nil {
-				return c, fmt.Errorf("idemproxy: listing the upstream's tools: %w", err)
+				return c, fmt.Errorf("mcpproxy: listing the upstream's tools: %w", err)
 			}
 			if t.InputSchema == nil {
 				t.InputSchema = map[string]any{"type": "object"}
@@ -171,7 +171,7 @@ func list(ctx context.Context, s *mcp.ClientSession, caps *mcp.ServerCapabilitie
 	if prompts && caps.Prompts != nil {
 		for pr, err := range s.Prompts(ctx, nil) {
 			if err != nil {
-				return c, fmt.Errorf("idemproxy: listing the upstream's prompts: %w", err)
+				return c, fmt.Errorf("mcpproxy: listing the upstream's prompts: %w", err)
 			}
 			c.prompts = append(c.prompts, pr)
 		}
@@ -179,13 +179,13 @@ func list(ctx context.Context, s *mcp.ClientSession, caps *mcp.ServerCapabilitie
 	if resources && caps.Resources != nil {
 		for r, err := range s.Resources(ctx, nil) {
 			if err != nil {
-				return c, fmt.Errorf("idemproxy: listing the upstream's resources: %w", err)
+				return c, fmt.Errorf("mcpproxy: listing the upstream's resources: %w", err)
 			}
 			c.resources = append(c.resources, r)
 		}
 		for rt, err := range s.ResourceTemplates(ctx, nil) {
 			if err != nil {
-				return c, fmt.Errorf("idemproxy: listing the upstream's resource templates: %w", err)
+				return c, fmt.Errorf("mcpproxy: listing the upstream's resource templates: %w", err)
 			}
 			c.templates = append(c.templates, rt)
 		}
