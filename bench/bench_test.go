@@ -216,3 +216,30 @@ func TestUniform(t *testing.T) {
 		t.Errorf("seeds 0 and 1 drew the same key %d times in 1,000", same)
 	}
 }
+
+// TestProxyFirstCall checks which durable cycle the proxies' first-call
+// target adds: idem's cycle-1 when it was measured in the same run as the
+// proxy rows, the workload's own store cycle when the proxy rows were
+// merged from a later run.
+func TestProxyFirstCall(t *testing.T) {
+	at := func(w, c string, v float64) *Measurement {
+		return &Measurement{Workload: w, Contender: c, Reps: []float64{v}, Median: v}
+	}
+	r := &Results{Measurements: []*Measurement{at("cycle-1", "idem", 2000), // 500,000 ns a cycle
+		at("proxy-mcp", "proxy first call", 1_500_000), at("proxy-mcp", "plain forwarding", 600_000),
+		at("proxy-mcp", storeCycle, 900_000)}}
+	target := func() Target {
+		r.Targets = nil
+		r.proxyFirstCall("proxy-first", "proxy-mcp", "idem mcp-proxy")
+		return r.Targets[0]
+	}
+	// 600,000 + 500,000 + 300,000 = 1,400,000 < 1,500,000.
+	if tg := target(); tg.Verdict != "MISS" || !strings.Contains(tg.Want, "cycle-1") {
+		t.Errorf("same run: %+v", tg)
+	}
+	// 600,000 + 900,000 + 300,000 = 1,800,000 ≥ 1,500,000.
+	r.Remeasured = []Remeasured{{Workloads: []string{"proxy-mcp"}}}
+	if tg := target(); tg.Verdict != "PASS" || !strings.Contains(tg.Want, storeCycle) {
+		t.Errorf("proxy rows merged from a later run: %+v", tg)
+	}
+}

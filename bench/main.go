@@ -53,7 +53,7 @@ func mainErr(ctx context.Context, args []string) error {
 	quick := fs.Bool("quick", false, "quick mode: short repetitions, 2,000 and 20,000 retained keys, 200,000 keys replayed from disk, 10,000 sustained cycles (a few minutes)")
 	out := fs.String("out", "results", "directory for report.md, results.json and chart.svg")
 	only := fs.String("only", "", "comma-separated contenders to run (default all)")
-	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,txeffect,replay,replay-disk,hot,dataset,sustained,fingerprint,http (default all)")
+	groups := fs.String("workloads", "", "comma-separated workload groups to run: cycle,txeffect,replay,replay-disk,hot,dataset,sustained,fingerprint,http,proxy (default all)")
 	tmp := fs.String("tmp", "", "directory for the stores (default the system's temporary directory)")
 	child := fs.String("child", "", "internal: run as a child process of the named workload")
 	render := fs.String("render", "", "render the report again from this results.json into -out, measuring nothing")

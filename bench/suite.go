@@ -82,6 +82,7 @@ func (s *Suite) Run(ctx context.Context) error {
 		{"fingerprint", s.fingerprints},
 		{"http", s.httpReplays},
 		{"proxy", s.proxyCalls},
+		{"proxy", s.proxyMCPCalls},
 	}
 	for _, st := range steps {
 		if !s.wants(st.group) {

@@ -27,7 +27,8 @@ func (s *Suite) proxyCalls(ctx context.Context) error {
 		About: fmt.Sprintf("one request = POST /refunds with a %d-byte JSON body over TCP on 127.0.0.1 (keep-alive, one "+
 			"goroutine) to a Go upstream answering 201 with a %d-byte body: called directly, through idemproxy without a "+
 			"store (plain forwarding), through idemproxy on a durable store with a new key each call (first call), or "+
-			"replaying one of 100 done keys (replay)", len(requestBody), len(benchResult)),
+			"replaying one of 100 done keys (replay); store cycle is a lone durable claim and completion on the proxy's "+
+			"store, timed beside them", len(requestBody), len(benchResult)),
 		Unit: "ns/op", Reference: "proxy first call"})
 
 	dir, err := os.MkdirTemp(s.tmp, "proxy-")
@@ -96,12 +97,30 @@ func (s *Suite) proxyCalls(ctx context.Context) error {
 		}
 	}
 	first, replay := 0, 0
-	names := []string{"proxy first call", "proxy replay", "plain forwarding", "upstream direct"}
+	names := []string{"proxy first call", "proxy replay", "plain forwarding", "upstream direct", storeCycle}
 	fns := []func() error{
 		func() error { first++; return call(guardedSrv.URL, "new-"+strconv.Itoa(first), false) },
 		func() error { replay++; return call(guardedSrv.URL, "done-"+strconv.Itoa(replay%keys), true) },
 		func() error { return call(plainSrv.URL, "k", false) },
 		func() error { return call(upstream.URL, "k", false) },
+		loneCycle(ctx, store),
 	}
 	return s.microPair(ctx, id, names, fns)
+}
+
+// storeCycle is the proxy workloads' row for a lone durable cycle on the
+// proxy's store, timed beside the calls: the first call's target adds it
+// to plain forwarding when this run has no cycle-1 figure of its own.
+const storeCycle = "store cycle"
+
+// loneCycle returns a call of Do on a new key of store, with the answer a
+// proxy saves: one durable claim and completion, nothing forwarded.
+func loneCycle(ctx context.Context, store *idem.Store) func() error {
+	n := 0
+	return func() error {
+		n++
+		_, _, err := store.Do(ctx, idem.Request{Scope: "cycle", Key: "cycle-" + strconv.Itoa(n), Fingerprint: benchFP},
+			func(context.Context) (idem.Result, error) { return idem.Result{Status: 201, Body: benchResult}, nil })
+		return err
+	}
 }

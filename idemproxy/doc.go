@@ -2,7 +2,8 @@
 // in any language: a reverse proxy whose guarded requests go through
 // idemhttp's middleware, so each (scope, key) reaches the upstream once and
 // every repeat gets the first answer back. The idem command serves it as
-// "idem proxy", and the MCP proxy (NewMCP) as "idem mcp-proxy";
+// "idem proxy"; package mcpproxy does the same for an MCP server ("idem
+// mcp-proxy") on this package's Policy, resolvers and UpstreamError.
 // docs/proxy.md is the operator's guide.
 //
 //	store := idem.New(backend, &idem.Options{Policy: idemproxy.Policy,
@@ -29,14 +30,6 @@
 //	event stream (text/event-stream)      copied as it comes; saved whole if it fits; cut
 //	                                      off, the connection is aborted and the claim held
 //
-// NewMCP does the same for an MCP server: it offers an upstream's tools,
-// prompts and resources as they are, and puts idemmcp's Guard in front of
-// the write tools (their annotations decide; MCPOptions.GuardTools and
-// PassTools override). A call the upstream could not be sent releases its
-// claim; one it was sent and never answered (the child died, the
-// connection dropped) is an UpstreamError that Policy holds, answered as a
-// tool error with idempotencyStatus outcome_unknown.
-//
 // A held claim is a stale claim: a repeat asks the store's Resolver. With
 // HTTPResolver, a URL the operator runs answers committed (with the answer
 // to save), not committed (the next repeat runs) or unknown; with
@@ -55,9 +48,4 @@
 //
 // Request bodies are read whole (MaxBodyBytes) to be fingerprinted, so a
 // guarded request never streams its body to the upstream.
-//
-// The MCP proxy lists the upstream's tools once, at start, and does not
-// yet pass on the upstream's notifications (progress, logging, list
-// changes), cancellation, resource templates and subscriptions, or its
-// requests to the client (sampling, elicitation).
 package idemproxy

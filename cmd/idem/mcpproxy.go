@@ -16,11 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// idem mcp-proxy serves idemproxy.MCPProxy: an upstream MCP server (a
+// idem mcp-proxy serves mcpproxy.Proxy: an upstream MCP server (a
 // child over stdio, or a streamable HTTP endpoint) offered to clients over
 // stdio or streamable HTTP, its write tools guarded as idemmcp guards them.
 
@@ -29,6 +31,8 @@ type mcpProxyFlags struct {
 	serveFlags
 	upstream, listen    string
 	guard, pass, keyArg string
+	plain               bool
+	idle                time.Duration
 	command             []string // after "--"
 }
 
@@ -41,6 +45,8 @@ func newMCPProxyFlags(stderr io.Writer) *mcpProxyFlags {
 	fs.StringVar(&f.listen, "listen", "", "serve streamable HTTP on `host:port` (default: serve stdio)")
 	fs.StringVar(&f.guard, "guard", "", "comma-separated `tools` guarded whatever their annotations say")
 	fs.StringVar(&f.pass, "pass", "", "comma-separated `tools` passed through unguarded")
+	fs.DurationVar(&f.idle, "session-timeout", 30*time.Minute, "with -listen, close a client session idle this long, and its upstream session (with a command, its child); 0 never")
+	fs.BoolVar(&f.plain, "plain", false, "forward only, with no store (for comparisons); DIR is then not needed")
 	fs.StringVar(&f.keyArg, "key-argument", "", "a tool `argument` that may carry the key, for models that cannot set _meta")
 	setUsage(fs, "DIR [-listen HOST:PORT] [-scope SCOPE] [-resolver URL] (-upstream URL | -- COMMAND [ARGS...])", `
 Puts idem's contract in front of an MCP server written in any language: it
@@ -48,7 +54,10 @@ starts the upstream as a child over stdio (the command after --) or connects
 to its streamable HTTP endpoint (-upstream), lists its tools, prompts and
 resources, and offers the same to its own client over stdio (or over
 streamable HTTP with -listen): the same names, schemas, annotations and
-server name. A client that does not know idem sees the upstream's server.
+server name. A client that does not know idem sees the upstream's server:
+each client session gets its own upstream session (with a command, its own
+child), through which notifications, progress, cancellation, subscriptions
+and the upstream's sampling, elicitation and roots requests pass.
 
 Write tools are guarded as idemmcp guards them: the annotations decide
 (readOnlyHint and idempotentHint pass through; -guard and -pass override),
@@ -73,7 +82,10 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if at := slices.Index(args, "--"); at >= 0 {
 		args, f.command = args[:at], args[at+1:]
 	}
-	if err := f.parseServe(args, false); err != nil {
+	// -plain may come anywhere: look for it before parsing, which needs
+	// to know whether DIR is required.
+	plain := slices.Contains(args, "-plain") || slices.Contains(args, "--plain")
+	if err := f.parseServe(args, plain); err != nil {
 		return err
 	}
 	opts, err := f.options(stderr)
@@ -84,37 +96,43 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	opts.Logger = logger
-	store, err := f.openProxyStore(ctx, logger)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := store.Close(); err == nil {
-			err = cerr
+	var store *idem.Store
+	if !f.plain {
+		if store, err = f.openProxyStore(ctx, logger); err != nil {
+			return err
 		}
-	}()
+		defer func() {
+			if cerr := store.Close(); err == nil {
+				err = cerr
+			}
+		}()
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stop()
-	p, err := idemproxy.NewMCP(ctx, store, opts)
+	p, err := mcpproxy.New(ctx, store, opts)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	served := make(chan error, 2)
 	var adminSrv *http.Server
-	if f.admin != "" {
+	if f.admin != "" && store != nil {
 		if adminSrv, err = serveProxyAdmin(f.admin, store, &f.decisions, stderr, served); err != nil {
 			return err
 		}
 		defer adminSrv.Close()
+	}
+	storeLabel := f.dir
+	if store == nil {
+		storeLabel = "no store (plain forwarding)"
 	}
 	upstream := f.upstream
 	if upstream == "" {
 		upstream = strings.Join(f.command, " ")
 	}
 	if f.listen == "" {
-		fmt.Fprintf(stderr, "idem mcp-proxy: serving stdio in front of %s (%d tools, store %s)\n", upstream, len(p.Tools()), f.dir)
-		err := p.Server().Run(ctx, &mcp.StdioTransport{})
+		fmt.Fprintf(stderr, "idem mcp-proxy: serving stdio in front of %s (%d tools, store %s)\n", upstream, len(p.Tools()), storeLabel)
+		err := p.NewServer().Run(ctx, &mcp.StdioTransport{})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -124,11 +142,10 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() }, nil)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: p.Handler(&mcp.StreamableHTTPOptions{SessionTimeout: f.idle}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "idem mcp-proxy: serving http://%s in front of %s (%d tools, store %s, scope %s)\n",
-		ln.Addr(), upstream, len(p.Tools()), f.dir, f.scope)
+		ln.Addr(), upstream, len(p.Tools()), storeLabel, f.scope)
 	select {
 	case err := <-served:
 		_ = srv.Close()
@@ -138,12 +155,11 @@ func mcpProxyCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	return shutdownProxy(srv, nil, f.shutdown, stderr)
 }
 
-// options turns the flags into idemproxy.MCPOptions.
-func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error) {
-	o := &idemproxy.MCPOptions{GuardTools: splitList(f.guard), PassTools: splitList(f.pass)}
+// options turns the flags into mcpproxy.Options.
+func (f *mcpProxyFlags) options(stderr io.Writer) (*mcpproxy.Options, error) {
+	o := &mcpproxy.Options{GuardTools: splitList(f.guard), PassTools: splitList(f.pass)}
 	o.Guard.KeyArgument = f.keyArg
 	o.Guard.Retention = f.retention
-	client := mcp.NewClient(&mcp.Implementation{Name: "idem-mcp-proxy", Version: "1"}, nil)
 	switch {
 	case f.upstream != "" && len(f.command) > 0:
 		return nil, errors.New("give the upstream once: -upstream URL or a command after --, not both")
@@ -151,19 +167,22 @@ func (f *mcpProxyFlags) options(stderr io.Writer) (*idemproxy.MCPOptions, error)
 		if !strings.HasPrefix(f.upstream, "http://") && !strings.HasPrefix(f.upstream, "https://") {
 			return nil, fmt.Errorf("-upstream %q: want an http:// or https:// URL", f.upstream)
 		}
-		o.Connect = func(ctx context.Context) (*mcp.ClientSession, error) {
-			return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: f.upstream}, nil)
+		o.Transport = func(context.Context) (mcp.Transport, error) {
+			return &mcp.StreamableClientTransport{Endpoint: f.upstream}, nil
 		}
 	case len(f.command) > 0:
-		o.Connect = func(ctx context.Context) (*mcp.ClientSession, error) {
+		o.Transport = func(context.Context) (mcp.Transport, error) {
 			cmd := exec.Command(f.command[0], f.command[1:]...)
 			cmd.Stderr = stderr
-			return client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			return &mcp.CommandTransport{Command: cmd}, nil
 		}
 	default:
 		return nil, errors.New("no upstream: give -upstream URL or a command after --")
 	}
 	scope := f.scope
+	if f.plain {
+		scope = "shared" // no Guard: the scope is never read
+	}
 	if scope == "" {
 		if f.listen != "" {
 			return nil, errors.New("-scope is required with -listen: header:NAME, fixed:NAME or shared")

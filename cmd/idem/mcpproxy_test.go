@@ -129,6 +129,9 @@ func (r *mcpRig) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestProxyCommand_Child$", "-test.count=1")
 	cmd.Env = append(os.Environ(), proxyChildEnv+"="+strings.Join(args, "\x1f"), mcpUpstreamEnv+"="+r.dir)
 	cmd.Stderr = &r.log
+	// Its own process group, so that the test's end stops the upstream
+	// children it starts too (each client session starts one).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r.proxy = cmd
 	r.mu.Unlock()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil)
@@ -180,7 +183,7 @@ func TestMCPProxyCommand_Kills(t *testing.T) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.proxy != nil && r.proxy.Process != nil {
-			_ = r.proxy.Process.Kill()
+			_ = syscall.Kill(-r.proxy.Process.Pid, syscall.SIGKILL)
 		}
 	})
 
@@ -374,5 +377,32 @@ func TestMCPProxyCommand_StreamableHTTP(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Fatalf("upstream ran %d times, want 2", runs.Load())
+	}
+}
+
+// TestMCPProxyCommand_Plain runs idem mcp-proxy -plain, without a store:
+// a keyed call's repeat runs again, as without the proxy.
+func TestMCPProxyCommand_Plain(t *testing.T) {
+	var runs atomic.Int64
+	up := mcp.NewServer(&mcp.Implementation{Name: "refunds-plain", Version: "1"}, nil)
+	mcp.AddTool(up, &mcp.Tool{Name: "refund_order"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint("refund ", runs.Add(1))}}}, nil, nil
+	})
+	upSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(upSrv.Close)
+	sp := serveCommand(t, "mcp-proxy", "-plain", "-listen", "127.0.0.1:0", "-upstream", upSrv.URL)
+	ctx := context.Background()
+	sess, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: sp.base}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, sp.logged())
+	}
+	defer sess.Close()
+	for i := range 2 {
+		res, err := (&idemmcp.Client{Session: sess}).CallTool(ctx, &mcp.CallToolParams{Name: "refund_order",
+			Arguments: map[string]any{}}, "k-1")
+		if err != nil || idemmcp.Replayed(res) || textOfResult(res) != fmt.Sprint("refund ", i+1) {
+			t.Fatalf("call %d: %v %q replayed=%v", i+1, err, textOfResult(res), res != nil && idemmcp.Replayed(res))
+		}
 	}
 }

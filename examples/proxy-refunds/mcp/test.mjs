@@ -4,7 +4,10 @@
 // The proxy offers the server's tools and annotations; a key runs once
 // under every key name and replays marked with its first run's time; a
 // read-only tool passes through; and the server SIGKILLed after acting
-// leaves one refund, the call held until the resolver finds it.
+// leaves one refund, the call held until the resolver finds it. What the
+// proxy passes through arrives: the server's progress and log messages, its
+// elicitation request (answered by this client), and its tools/list_changed
+// (the new tool listed, and guarded).
 //
 //   npm ci && IDEM_BIN=/path/to/idem node test.mjs   (else idem is built with go)
 import assert from "node:assert/strict";
@@ -16,6 +19,11 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import {
+  ElicitRequestSchema,
+  LoggingMessageNotificationSchema,
+  ToolListChangedNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const work = mkdtempSync(join(tmpdir(), "proxy-refunds-ts-"));
@@ -57,7 +65,16 @@ const transport = new StdioClientTransport({
   env: { ...process.env, LEDGER: ledger, KILL_AT: "acted", KILL_KEY: "ts:killed", KILL_MARK: join(work, "killed") },
   stderr: "inherit",
 });
-const client = new Client({ name: "proxy-refunds-ts", version: "1.0.0" });
+const client = new Client({ name: "proxy-refunds-ts", version: "1.0.0" }, { capabilities: { elicitation: {} } });
+const logs = [];
+let listChanged;
+const toolsChanged = new Promise((ok) => (listChanged = ok));
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logs.push(n.params.data));
+client.setNotificationHandler(ToolListChangedNotificationSchema, () => listChanged());
+client.setRequestHandler(ElicitRequestSchema, async (req) => {
+  assert.match(req.params.message, /Refund o-ts-1\?/);
+  return { action: "accept", content: { confirm: true } };
+});
 await client.connect(transport);
 try {
   assert.equal(client.getServerVersion()?.name, "ts-refunds", "the proxy introduces itself as the upstream");
@@ -68,9 +85,15 @@ try {
   assert.equal(get?.annotations?.readOnlyHint, true, "get_order keeps its annotations");
   assert.deepEqual(Object.keys(refund.inputSchema.properties ?? {}).sort(), ["cents", "order"], "the schema is the upstream's");
 
+  await client.setLoggingLevel("info");
   const args = { order: "o-ts-1", cents: 1250 };
-  const first = await client.callTool({ name: "refund_order", arguments: args, _meta: { idempotencyKey: "ts:1" } });
+  const progress = [];
+  const first = await client.callTool({ name: "refund_order", arguments: args, _meta: { idempotencyKey: "ts:1" } },
+    undefined, { onprogress: (p) => progress.push(p.message) });
   assert.equal(first.isError ?? false, false, `first call: ${JSON.stringify(first)}`);
+  assert.deepEqual(progress, ["refunding o-ts-1"], "the server's progress reaches the client");
+  for (let i = 0; i < 100 && logs.length === 0; i++) await client.ping(); // the log may trail the answer
+  assert.deepEqual(logs, ["refunding o-ts-1"], "the server's log message reaches the client");
   assert.notEqual(first._meta?.idempotentReplayed, true);
   for (const name of ["idempotencyKey", "io.modelcontextprotocol/idempotency-key", "io.modelcontextprotocol/idempotencyKey"]) {
     const again = await client.callTool({ name: "refund_order", arguments: args, _meta: { [name]: "ts:1" } });
@@ -85,6 +108,21 @@ try {
     assert.equal(read.isError ?? false, false);
     assert.notEqual(read._meta?.idempotentReplayed, true, "read-only tools pass through");
   }
+
+  // The server asks the client; the client answers.
+  const confirmed = await client.callTool({ name: "confirm_order", arguments: { order: "o-ts-1" } });
+  assert.equal(confirmed.content[0].text, "o-ts-1: accept true", `elicitation: ${JSON.stringify(confirmed)}`);
+
+  // The server's tool list changes: the client is told and lists the new
+  // tool, which the proxy guards.
+  await client.callTool({ name: "enable_vouchers", arguments: {} });
+  await toolsChanged;
+  const voucher = (await client.listTools()).tools.find((t) => t.name === "issue_voucher");
+  assert.ok(voucher, "the new tool is listed");
+  const v1 = await client.callTool({ name: "issue_voucher", arguments: { order: "o-ts-1" }, _meta: { idempotencyKey: "ts:v" } });
+  const v2 = await client.callTool({ name: "issue_voucher", arguments: { order: "o-ts-1" }, _meta: { idempotencyKey: "ts:v" } });
+  assert.equal(v2._meta?.idempotentReplayed, true, `the new tool is guarded: ${JSON.stringify(v2)}`);
+  assert.deepEqual(v2.content, v1.content);
 
   // The server dies after acting: the call is held, not run again, and the
   // resolver finds the refund.

@@ -1,4 +1,4 @@
-package idemproxy_test
+package mcpproxy_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/idemmcp"
-	"github.com/idemkit/idem/idemproxy"
+	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -25,18 +25,23 @@ func mcpUpstream(runs *atomic.Int64) *mcp.Server {
 	return srv
 }
 
-func TestNewMCP_GuardsWriteTools(t *testing.T) {
+// inMemory connects the proxy to up over in-memory transports.
+func inMemory(up *mcp.Server) func(context.Context) (mcp.Transport, error) {
+	return func(ctx context.Context) (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := up.Connect(ctx, st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}
+}
+
+func TestNew_GuardsWriteTools(t *testing.T) {
 	ctx := context.Background()
 	var runs atomic.Int64
 	up := mcpUpstream(&runs)
-	p, err := idemproxy.NewMCP(ctx, newStore(t, nil), &idemproxy.MCPOptions{
-		Connect: func(ctx context.Context) (*mcp.ClientSession, error) {
-			ct, st := mcp.NewInMemoryTransports()
-			if _, err := up.Connect(ctx, st, nil); err != nil {
-				return nil, err
-			}
-			return mcp.NewClient(&mcp.Implementation{Name: "proxy"}, nil).Connect(ctx, ct, nil)
-		},
+	p, err := mcpproxy.New(ctx, newStore(t), &mcpproxy.Options{
+		Transport:  inMemory(up),
 		Guard:      idemmcp.Options{SharedScope: true},
 		GuardTools: []string{"mislabelled"},
 	})
@@ -45,7 +50,7 @@ func TestNewMCP_GuardsWriteTools(t *testing.T) {
 	}
 	defer p.Close()
 	ct, st := mcp.NewInMemoryTransports()
-	if _, err := p.Server().Connect(ctx, st, nil); err != nil {
+	if _, err := p.NewServer().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	sess, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, nil).Connect(ctx, ct, nil)
@@ -88,8 +93,8 @@ func TestNewMCP_GuardsWriteTools(t *testing.T) {
 	}
 }
 
-func TestNewMCP_Invalid(t *testing.T) {
-	if _, err := idemproxy.NewMCP(context.Background(), newStore(t, nil), &idemproxy.MCPOptions{}); err == nil {
+func TestNew_Invalid(t *testing.T) {
+	if _, err := mcpproxy.New(context.Background(), newStore(t), &mcpproxy.Options{}); err == nil {
 		t.Fatal("no Connect accepted")
 	}
 }
