@@ -164,14 +164,14 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 				return nil, nil, err
 			}
 			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, rec, EventReplayed, now)
 			res := rec.Result
 			if res == nil {
 				res = &Result{}
 			}
 			// The backend's record is this Store's copy, done and not
-			// expired at now: the next replay can come from the cache.
-			s.keep(req.Scope, req.Key, rec)
+			// expired at now: the next replay can come from the cache,
+			// whose new entry counts this one.
+			s.countReplay(req.Scope, req.Key, rec, now)
 			return nil, res, nil
 		case !rec.Stale(now):
 			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
