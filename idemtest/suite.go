@@ -84,6 +84,7 @@ func run(t *testing.T, src source) {
 		{"Contract_NotRecordedEveryPath", testContractNotRecorded},
 		{"Contract_ClosedUnderEffect", testContractClosedUnderEffect},
 		{"Contract_ReservedScope", testContractReservedScope},
+		{"Counts_ExactOrMarked", testCountsExactOrMarked},
 		{"Recovery_OperatorSettles", testSettle},
 		{"Policy_ErrorTextKept", testErrorText},
 		{"Contract_ExpiredRunsAgain", testContractExpired},
