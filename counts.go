@@ -44,7 +44,8 @@ type tallies struct {
 	// dropped (and the loss recorded) rather than memory growing.
 	limit int
 	// flushing serialises flushes: a Sweep's flush then returns only
-	// after an early flush already in flight has handed its counts over.
+	// after the interval's flush already in flight has handed its counts
+	// over.
 	flushing sync.Mutex
 	mu       sync.Mutex // guards m
 	m        map[tallyKey]*backend.Tally
