@@ -23,15 +23,21 @@ import (
 // argues why this order keeps the contract. (Replays of done records are
 // answered above the backend, by the Store's replay cache.)
 func (b *Backend) readRecord(t *engine.Txn, id []byte) (*backend.Record, uint64, error) {
+	return b.readKey(t, withPrefix(prefixRecord, id))
+}
+
+// readKey is readRecord of the record whose key in Badger is rk
+// (recordKey).
+func (b *Backend) readKey(t *engine.Txn, rk []byte) (*backend.Record, uint64, error) {
 	var rec *backend.Record
 	var exp uint64
-	_, err := b.eng.Read(t, withPrefix(prefixRecord, id), func(v []byte, expiresAt uint64) error {
+	_, err := b.eng.Read(t, rk, func(v []byte, expiresAt uint64) error {
 		var err error
 		rec, err = backend.DecodeRecord(v)
 		exp = expiresAt
 		return err
 	})
-	return rec, exp, damaged(err, id)
+	return rec, exp, damaged(err, rk[1:])
 }
 
 // damaged names the record of id in err if err is damage: a record that
@@ -102,12 +108,13 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	id := recordID(scope, key)
+	rk := recordKey(scope, key)
+	id := rk[1:]
 	// Fast path, off the committer: a done record that has not expired, or
 	// a claim in progress, is answered from a read. Neither can become
 	// claimable by any write but the committer's own later ones, so the
 	// answer is the one the committer would give at this instant.
-	if rec, err := b.peek(id); err != nil {
+	if rec, err := b.peek(rk); err != nil {
 		return nil, false, backend.Unavailable("claim", err)
 	} else if rec != nil && (rec.State == backend.StateInProgress || (rec.State == backend.StateDone && !rec.Expired(args.Now))) {
 		return rec, false, nil
@@ -275,8 +282,8 @@ func (b *Backend) Defer(ctx context.Context, scope, key string, token uint64, d 
 // committer, through readRecord. The record is decoded for the caller
 // (the decoder copies what it keeps out of the stored bytes), which may
 // have it.
-func (b *Backend) peek(id []byte) (*backend.Record, error) {
-	rec, _, err := b.readRecord(nil, id)
+func (b *Backend) peek(rk []byte) (*backend.Record, error) {
+	rec, _, err := b.readKey(nil, rk)
 	return rec, err
 }
 

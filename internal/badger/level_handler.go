@@ -304,35 +304,64 @@ func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error)
 	return []*table.Table{tbl}, tbl.DecrRef
 }
 
+// tableForKey returns, with a reference taken, the table of a level >= 1
+// that may hold key, or nil: getTableForKey without the slice and the
+// function it allocates.
+func (s *levelHandler) tableForKey(key []byte) *table.Table {
+	s.RLock()
+	defer s.RUnlock()
+	idx := sort.Search(len(s.tables), func(i int) bool {
+		return y.CompareKeys(s.tables[i].Biggest(), key) >= 0
+	})
+	if idx >= len(s.tables) {
+		return nil
+	}
+	tbl := s.tables[idx]
+	tbl.IncrRef()
+	return tbl
+}
+
 // get returns value for a given key or the key after that. If not found, return nil.
 func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
+	hash := y.Hash(y.ParseKey(key))
+	if s.level > 0 {
+		// One table at most: a point read allocates nothing here.
+		th := s.tableForKey(key)
+		if th == nil {
+			return y.ValueStruct{}, nil
+		}
+		var maxVs y.ValueStruct
+		s.getFrom(th, key, hash, &maxVs)
+		return maxVs, th.DecrRef()
+	}
 	tables, decr := s.getTableForKey(key)
-	keyNoTs := y.ParseKey(key)
-
-	hash := y.Hash(keyNoTs)
 	var maxVs y.ValueStruct
 	for _, th := range tables {
-		if th.DoesNotHave(hash) {
-			y.NumLSMBloomHitsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
-			continue
-		}
-
-		it := th.NewIterator(0)
-		defer it.Close()
-
-		y.NumLSMGetsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
-		it.Seek(key)
-		if !it.Valid() {
-			continue
-		}
-		if y.SameKey(key, it.Key()) {
-			if version := y.ParseTs(it.Key()); maxVs.Version < version {
-				maxVs = it.ValueCopy()
-				maxVs.Version = version
-			}
-		}
+		s.getFrom(th, key, hash, &maxVs)
 	}
 	return maxVs, decr()
+}
+
+// getFrom sets maxVs to th's value of key if th holds a later version of
+// it than maxVs. hash is the hash of key without its timestamp.
+func (s *levelHandler) getFrom(th *table.Table, key []byte, hash uint32, maxVs *y.ValueStruct) {
+	if th.DoesNotHave(hash) {
+		y.NumLSMBloomHitsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
+		return
+	}
+	it := th.NewIterator(0)
+	defer it.Close()
+	y.NumLSMGetsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
+	it.Seek(key)
+	if !it.Valid() {
+		return
+	}
+	if y.SameKey(key, it.Key()) {
+		if version := y.ParseTs(it.Key()); maxVs.Version < version {
+			*maxVs = it.ValueCopy()
+			maxVs.Version = version
+		}
+	}
 }
 
 // appendIterators appends iterators to an array of iterators, for merging.
