@@ -753,29 +753,35 @@ func (db *DB) Sync() error {
 
 // getMemtables returns the current memtables and get references.
 func (db *DB) getMemTables() ([]*memTable, func()) {
+	tables := db.appendMemTables(nil)
+	return tables, func() {
+		for _, tbl := range tables {
+			tbl.DecrRef()
+		}
+	}
+}
+
+// appendMemTables appends the memtables to dst, newest first, each with a
+// reference taken, and returns it: getMemTables into a slice of the
+// caller's, so that a point read (get) allocates none.
+func (db *DB) appendMemTables(dst []*memTable) []*memTable {
 	db.lock.RLock()
 	defer db.lock.RUnlock()
-
-	var tables []*memTable
 
 	// Mutable memtable does not exist in read-only mode.
 	if !db.opt.ReadOnly {
 		// Get mutable memtable.
-		tables = append(tables, db.mt)
+		dst = append(dst, db.mt)
 		db.mt.IncrRef()
 	}
 
 	// Get immutable memtables.
 	last := len(db.imm) - 1
 	for i := range db.imm {
-		tables = append(tables, db.imm[last-i])
+		dst = append(dst, db.imm[last-i])
 		db.imm[last-i].IncrRef()
 	}
-	return tables, func() {
-		for _, tbl := range tables {
-			tbl.DecrRef()
-		}
-	}
+	return dst
 }
 
 // get returns the value in memtable or disk for given key.
@@ -796,8 +802,13 @@ func (db *DB) get(key []byte) (y.ValueStruct, error) {
 	if db.IsClosed() {
 		return y.ValueStruct{}, ErrDBClosed
 	}
-	tables, decr := db.getMemTables() // Lock should be released.
-	defer decr()
+	var buf [8]*memTable
+	tables := db.appendMemTables(buf[:0]) // Lock should be released.
+	defer func() {
+		for _, tbl := range tables {
+			tbl.DecrRef()
+		}
+	}()
 
 	var maxVs y.ValueStruct
 	version := y.ParseTs(key)

@@ -268,45 +268,8 @@ func (s *levelHandler) close() error {
 	return y.Wrap(err, "levelHandler.close")
 }
 
-// getTableForKey acquires a read-lock to access s.tables. It returns a list of tableHandlers.
-func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error) {
-	s.RLock()
-	defer s.RUnlock()
-
-	if s.level == 0 {
-		// For level 0, we need to check every table. Remember to make a copy as s.tables may change
-		// once we exit this function, and we don't want to lock s.tables while seeking in tables.
-		// CAUTION: Reverse the tables.
-		out := make([]*table.Table, 0, len(s.tables))
-		for i := len(s.tables) - 1; i >= 0; i-- {
-			out = append(out, s.tables[i])
-			s.tables[i].IncrRef()
-		}
-		return out, func() error {
-			for _, t := range out {
-				if err := t.DecrRef(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
-	// For level >= 1, we can do a binary search as key range does not overlap.
-	idx := sort.Search(len(s.tables), func(i int) bool {
-		return y.CompareKeys(s.tables[i].Biggest(), key) >= 0
-	})
-	if idx >= len(s.tables) {
-		// Given key is strictly > than every element we have.
-		return nil, func() error { return nil }
-	}
-	tbl := s.tables[idx]
-	tbl.IncrRef()
-	return []*table.Table{tbl}, tbl.DecrRef
-}
-
 // tableForKey returns, with a reference taken, the table of a level >= 1
-// that may hold key, or nil: getTableForKey without the slice and the
-// function it allocates.
+// that may hold key, or nil. It acquires a read-lock to access s.tables.
 func (s *levelHandler) tableForKey(key []byte) *table.Table {
 	s.RLock()
 	defer s.RUnlock()
@@ -334,12 +297,27 @@ func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
 		s.getFrom(th, key, hash, &maxVs)
 		return maxVs, th.DecrRef()
 	}
-	tables, decr := s.getTableForKey(key)
+	// Level 0: every table, newest first, in a slice that stays on the
+	// stack while the level holds few.
+	var buf [16]*table.Table
+	tables := buf[:0]
+	s.RLock()
+	for i := len(s.tables) - 1; i >= 0; i-- {
+		tables = append(tables, s.tables[i])
+		s.tables[i].IncrRef()
+	}
+	s.RUnlock()
 	var maxVs y.ValueStruct
 	for _, th := range tables {
 		s.getFrom(th, key, hash, &maxVs)
 	}
-	return maxVs, decr()
+	var err error
+	for _, th := range tables {
+		if e := th.DecrRef(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return maxVs, err
 }
 
 // getFrom sets maxVs to th's value of key if th holds a later version of
