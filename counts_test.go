@@ -105,7 +105,8 @@ func TestStore_Counts_AfterCountInterval(t *testing.T) {
 func TestStore_Counts_FullTableDropsAndMarks(t *testing.T) {
 	const table, extra = 1024, 50
 	clk := idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
-	s := openStore(t, t.TempDir(), &idem.Options{Clock: clk, MemoryBudget: 1})
+	// No flush but Sweep's: the table fills exactly once.
+	s := openStore(t, t.TempDir(), &idem.Options{Clock: clk, MemoryBudget: 1, CountInterval: time.Hour})
 	big := bytes.Repeat([]byte("b"), 20<<10)
 	keys := make([]string, table+extra)
 	for i := range keys {
@@ -175,11 +176,14 @@ func TestStore_Counts_KillShort(t *testing.T) {
 	cmd.Env = append(os.Environ(), countsChildEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err, "the child ended before it was ready: %s", stderr.String())
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the child ended before it was ready (its output is above): %v", err)
+	}
 	require.Equal(t, "ready\n", line)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()

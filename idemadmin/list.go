@@ -41,8 +41,9 @@ type Filter struct {
 	// far, after each record.
 	Progress func(scanned int)
 	// Approximate, if set, reports whether a record's counts are a lower
-	// bound (idem.Store.CountsApproximate). Nil marks every row's counts
-	// approximate: only the Store that counts them knows.
+	// bound (idem.Store.CountsApproximate): such rows are marked
+	// (Row.CountsApproximate). Nil leaves every row unmarked; the handler
+	// and idem ls set it.
 	Approximate func(*idem.Record) bool
 }
 
@@ -203,7 +204,7 @@ func List(ctx context.Context, l backend.Lister, f Filter) (*Listing, error) {
 			f.Progress(out.Scanned)
 		}
 		r := NewRow(rec, f.Now)
-		r.CountsApproximate = f.Approximate == nil || f.Approximate(rec)
+		r.CountsApproximate = f.Approximate != nil && f.Approximate(rec)
 		if !f.keep(&r) {
 			return true
 		}

@@ -107,12 +107,12 @@ type Entry struct {
 // replays and rejections and the time of the last one, so the timeline
 // holds one entry for each kind, at the last one. A result still sealed
 // (rec as a backend stores it) is marked as sealed, its ciphertext never
-// shown as its body. Told without a Store, the counts are marked
-// approximate (Story.CountsApproximate): only the Store that counts them
-// knows whether any were lost; Inspect asks it.
+// shown as its body. Tell has no Store to ask whether counts were lost:
+// the counts are told as rec holds them, unmarked. Inspect asks the
+// Store (idem.Store.CountsApproximate) and marks them.
 func Tell(rec *idem.Record, now time.Time) *Story {
 	id, _ := keyring.Sealed(rec.Result)
-	return tell(rec, id, now, true)
+	return tell(rec, id, now, false)
 }
 
 // tell is Tell of a record whose result is sealed under key sealedUnder,

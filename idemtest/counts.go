@@ -20,7 +20,7 @@ import (
 func testCountsExactOrMarked(t *testing.T, nb source) {
 	e := newEnv(t, nb)
 	other := idem.New(unowned{e.b}, &idem.Options{Clock: e.clk, SweepInterval: -1, Lease: lease,
-		Retention: retention, CloseTimeout: time.Millisecond, Keys: nb.keys})
+		Retention: retention, CloseTimeout: time.Millisecond, Keys: nb.keys, CountInterval: time.Hour})
 	e.clk.Advance(time.Minute)
 	cached, stored := req("cached", "fp"), req("stored", "fp")
 	require.NoError(t, e.claim(cached).Complete(ctx, backend.Result{Status: 200, Body: []byte("x")}))
