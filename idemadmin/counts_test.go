@@ -71,8 +71,8 @@ func TestHandler_CountsApproximate(t *testing.T) {
 	if !strings.Contains(text, "replays      ≥ 2") || !strings.Contains(text, "replayed at least 2 times") {
 		t.Errorf("the text story does not mark the count:\n%s", text)
 	}
-	page := e.browser(t, "operator").get("key?scope=shop-1&key=before")
+	page := e.browser(t, "operator").get("/ui/key?scope=shop-1&key=before")
 	hasAll(t, "key page", page, `<dd id="replays">≥ 2</dd>`, `id="counts-approximate"`)
-	page = e.browser(t, "operator").get("key?scope=shop-1&key=after")
+	page = e.browser(t, "operator").get("/ui/key?scope=shop-1&key=after")
 	hasNone(t, "key page", page, `id="counts-approximate"`)
 }
