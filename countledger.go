@@ -94,17 +94,18 @@ func (s *Store) openLedger(ctx context.Context) {
 		l.state.addGap(countGap{From: l.state.Since.Add(-ledgerSlack), To: now}, s.o.CountInterval)
 	}
 	l.state.Open, l.state.Since = true, now
-	s.saveLedger(ctx)
+	s.saveLedger(ctx, s.call)
 }
 
-// saveLedger writes the ledger. Called with l.mu held. A failure is
+// saveLedger writes the ledger through call (Store.call, or a direct call
+// once Close has drained the others). Called with l.mu held. A failure is
 // reported; the ledger stored stays as it was, which only ever widens the
 // gap a crash leaves (an older Since).
-func (s *Store) saveLedger(ctx context.Context) {
+func (s *Store) saveLedger(ctx context.Context, call func(func() error) error) {
 	l := &s.ledger
 	raw, err := json.Marshal(&l.state)
 	if err == nil {
-		err = s.call(func() error { return l.keeper.SaveCountLedger(ctx, raw) })
+		err = call(func() error { return l.keeper.SaveCountLedger(ctx, raw) })
 	}
 	if err != nil {
 		s.observeErr("count ledger", "", "", 0, err)
@@ -114,11 +115,12 @@ func (s *Store) saveLedger(ctx context.Context) {
 }
 
 // flushed records a flush of the counts taken at take (batch says whether
-// it held any): a failed write or counts dropped since the last flush
-// leave a gap; the counts still in memory now date from take on.
-func (s *Store) flushed(ctx context.Context, take time.Time, batch bool, err error) {
+// it held any): a failed write, or counts dropped since the last flush
+// (dropped, read before take), leave a gap; the counts still in memory
+// now date from take on.
+func (s *Store) flushed(ctx context.Context, call func(func() error) error, take time.Time, dropped, batch bool,
+	err error) {
 	l := &s.ledger
-	dropped := l.dropped.Swap(false)
 	if l.keeper == nil {
 		return
 	}
@@ -132,13 +134,13 @@ func (s *Store) flushed(ctx context.Context, take time.Time, batch bool, err err
 	// An idle flush saves only now and then: a crash after it widens the
 	// gap back to the last save, over a period with nothing counted.
 	if batch || gap || take.Sub(l.saved) > 6*s.o.CountInterval {
-		s.saveLedger(ctx)
+		s.saveLedger(ctx, call)
 	}
 }
 
-// closeLedger marks the ledger closed, after Close's last flush: the next
-// Store opens it with no new gap.
-func (s *Store) closeLedger(ctx context.Context) {
+// closeLedger marks the ledger closed, after Close's last flush (with no
+// call left that could count): the next Store opens it with no new gap.
+func (s *Store) closeLedger(ctx context.Context, call func(func() error) error) {
 	l := &s.ledger
 	if l.keeper == nil {
 		return
@@ -146,7 +148,7 @@ func (s *Store) closeLedger(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.state.Open = false
-	s.saveLedger(ctx)
+	s.saveLedger(ctx, call)
 }
 
 // addGap adds g, merging it into the latest gap when they overlap or lie

@@ -125,6 +125,21 @@ func (s *Store) count(scope, key string, rec *Record, kind EventKind, at time.Ti
 	}
 }
 
+// counting runs fn, which counts an answer read from the backend, as a
+// backend call does: unless Close has begun draining the calls, in which
+// case it reports false and the answer is not given (ErrClosed). So a
+// count taken on such an answer is in Close's last flush, which runs once
+// the calls are drained.
+func (s *Store) counting(fn func()) bool {
+	s.ops.Add(1)
+	defer s.leave()
+	if s.closed.Load() {
+		return false
+	}
+	fn()
+	return true
+}
+
 // countReplay counts a replay of rec, a done record read from the backend,
 // and keeps rec in the replay cache: the count goes into the cache's new
 // entry, or, for a record the cache does not take, into the map.
@@ -141,19 +156,26 @@ func (s *Store) countReplay(scope, key string, rec *Record, at time.Time) {
 
 // flushTallies hands the gathered counts to the backend.
 func (s *Store) flushTallies(ctx context.Context) error {
+	return s.flushWith(ctx, s.call)
+}
+
+// flushWith is flushTallies making its backend calls through call.
+func (s *Store) flushWith(ctx context.Context, call func(func() error) error) error {
 	t := s.tallier
 	if t == nil {
 		return nil
 	}
 	s.counts.flushing.Lock()
 	defer s.counts.flushing.Unlock()
+	// The drops noted from here on fall in the next flush's period.
+	dropped := s.ledger.dropped.Swap(false)
 	take := s.now()
 	batch := s.takeTallies()
 	var err error
 	if len(batch) > 0 {
-		err = s.call(func() error { return t.AddTallies(ctx, batch) })
+		err = call(func() error { return t.AddTallies(ctx, batch) })
 	}
-	s.flushed(ctx, take, len(batch) > 0, err)
+	s.flushed(ctx, call, take, dropped, len(batch) > 0, err)
 	return err
 }
 

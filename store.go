@@ -167,16 +167,20 @@ func (s *Store) Close() error {
 	<-s.bgDone
 	<-s.tallyDone
 	<-s.clockDone
-	if err := s.flushTallies(context.Background()); err != nil {
-		s.observeErr("tally", "", "", 0, err)
-	}
-	s.closeLedger(context.Background())
 
 	s.closed.Store(true)
 	if s.ops.Load() == 0 {
 		s.drainOnce.Do(func() { close(s.drained) })
 	}
 	<-s.drained
+	// No backend call runs now, nor will: a replay whose read was in
+	// flight has counted, so these counts are the last, and the ledger
+	// may say so.
+	direct := func(fn func() error) error { return fn() }
+	if err := s.flushWith(context.Background(), direct); err != nil {
+		s.observeErr("tally", "", "", 0, err)
+	}
+	s.closeLedger(context.Background(), direct)
 	return s.b.Close()
 }
 
