@@ -83,7 +83,12 @@ func (s *Store) openLedger(ctx context.Context) {
 		// Nothing is known of the past: every count so far may be short.
 		s.observeErr("count ledger", "", "", 0, err)
 		l.state.addGap(countGap{To: now}, 0)
-	case raw != nil:
+	case raw == nil:
+		// No ledger: a new store (nothing before now), or one a release
+		// that kept none wrote, which may have lost counts unmarked: the
+		// records first seen before now read as approximate.
+		l.state.addGap(countGap{To: now.Add(-time.Nanosecond)}, 0)
+	default:
 		if err := json.Unmarshal(raw, &l.state); err != nil {
 			s.observeErr("count ledger", "", "", 0, err)
 			l.state = ledgerState{}
