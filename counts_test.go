@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/badgerstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/stretchr/testify/require"
@@ -205,4 +206,44 @@ func TestStore_Counts_KillShort(t *testing.T) {
 	require.False(t, approx, "b was first seen after the kill's gap")
 	_, approx = counted(t, s, "a")
 	require.True(t, approx, "the gap is kept across a clean close")
+}
+
+// noLedger is a Badger backend as an earlier release used it: a Tallier
+// that keeps no count ledger.
+type noLedger struct {
+	backend.Backend
+	t backend.Tallier
+}
+
+func (n noLedger) AddTallies(ctx context.Context, ts []backend.Tally) error { return n.t.AddTallies(ctx, ts) }
+
+// TestStore_Counts_UpgradeMarksOlderRecords: a store that has no ledger
+// yet (written by a release that kept none, whose crashes went unrecorded)
+// reads its older records' counts as approximate, and counts exactly from
+// the open on.
+func TestStore_Counts_UpgradeMarksOlderRecords(t *testing.T) {
+	dir := t.TempDir()
+	clk := idemtest.NewClock(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	b, err := badgerstore.Open(dir, badgerstore.Options{})
+	require.NoError(t, err)
+	old := idem.New(noLedger{b, b}, &idem.Options{Clock: clk, SweepInterval: -1})
+	doOnce(t, old, "old", []byte("x"))
+	replayN(t, old, "old", 2)
+	require.NoError(t, old.Close())
+
+	clk.Advance(time.Minute)
+	s, err := idemtest.OpenBadger(dir, &idem.Options{Clock: clk}, badgerstore.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	n, approx := counted(t, s, "old")
+	require.Equal(t, int64(2), n)
+	require.True(t, approx, "counted before the store kept a ledger")
+	clk.Advance(time.Second)
+	doOnce(t, s, "new", []byte("y"))
+	replayN(t, s, "new", 2)
+	_, err = s.Sweep(bg)
+	require.NoError(t, err)
+	n, approx = counted(t, s, "new")
+	require.Equal(t, int64(2), n)
+	require.False(t, approx)
 }
