@@ -215,7 +215,9 @@ type noLedger struct {
 	t backend.Tallier
 }
 
-func (n noLedger) AddTallies(ctx context.Context, ts []backend.Tally) error { return n.t.AddTallies(ctx, ts) }
+func (n noLedger) AddTallies(ctx context.Context, ts []backend.Tally) error {
+	return n.t.AddTallies(ctx, ts)
+}
 
 // TestStore_Counts_UpgradeMarksOlderRecords: a store that has no ledger
 // yet (written by a release that kept none, whose crashes went unrecorded)
