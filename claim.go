@@ -151,8 +151,10 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 			return c, nil, nil
 		}
 		if !sameRequest(rec.Fingerprint, req) {
+			if !s.counting(func() { s.count(req.Scope, req.Key, rec, EventMismatch, now) }) {
+				return nil, nil, ErrClosed
+			}
 			s.observe(Event{Kind: EventMismatch, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, rec, EventMismatch, now)
 			return nil, nil, &MismatchError{Scope: req.Scope, Key: req.Key, Stored: rec.Fingerprint, Got: req.Fingerprint}
 		}
 		switch {
@@ -163,19 +165,23 @@ func (s *Store) begin(ctx context.Context, req Request, own bool) (*Claim, *Resu
 				s.observeErr("replay", req.Scope, req.Key, rec.Token, err)
 				return nil, nil, err
 			}
-			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, rec, EventReplayed, now)
 			res := rec.Result
 			if res == nil {
 				res = &Result{}
 			}
 			// The backend's record is this Store's copy, done and not
-			// expired at now: the next replay can come from the cache.
-			s.keep(req.Scope, req.Key, rec)
+			// expired at now: the next replay can come from the cache,
+			// whose new entry counts this one.
+			if !s.counting(func() { s.countReplay(req.Scope, req.Key, rec, now) }) {
+				return nil, nil, ErrClosed
+			}
+			s.observe(Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
 			return nil, res, nil
 		case !rec.Stale(now):
+			if !s.counting(func() { s.count(req.Scope, req.Key, rec, EventInProgress, now) }) {
+				return nil, nil, ErrClosed
+			}
 			s.observe(Event{Kind: EventInProgress, Scope: req.Scope, Key: req.Key, Token: rec.Token, Time: now})
-			s.count(req.Scope, req.Key, rec, EventInProgress, now)
 			return nil, nil, &InProgressError{Scope: req.Scope, Key: req.Key, LeaseEnds: rec.LeaseEnds}
 		}
 		if _, err := s.resolveStale(ctx, rec, now); err != nil {

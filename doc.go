@@ -117,6 +117,13 @@
 //   - A replayed Result (from Begin or Do) may be shared with every other
 //     replay of its key, so that a replay copies nothing: read its Header
 //     and Body, never modify them.
+//   - A record's counts of replays and rejections are written in batches,
+//     at most once per record per Options.CountInterval: they lag by about
+//     one interval, a crash loses the last interval's, and a table of
+//     pending counts found full drops some. A count is never more than the
+//     truth, and exact unless Store.CountsApproximate says it is a lower
+//     bound (docs/contract.md, "Counts"); over pgstore and redisstore every
+//     count is reported as a lower bound.
 //   - Observers run synchronously on the request path; keep them quick.
 //   - A fingerprint over JSON that nests objects deeply and out of order
 //     costs more the deeper it goes; Fingerprinter.MaxDepth bounds it.

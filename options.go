@@ -16,6 +16,7 @@ const (
 	DefaultRetention      = 24 * time.Hour
 	DefaultLease          = 30 * time.Second
 	defaultSweepInterval  = 10 * time.Second
+	defaultCountInterval  = 10 * time.Second
 	defaultMaxUnknown     = 10
 	defaultRecheckBackoff = time.Second
 	defaultCloseTimeout   = 30 * time.Second
@@ -47,7 +48,7 @@ func (o *Options) Validate() error {
 		field string
 		v     time.Duration
 	}{{"Retention", o.Retention}, {"Lease", o.Lease}, {"RecheckBackoff", o.RecheckBackoff},
-		{"CloseTimeout", o.CloseTimeout}} {
+		{"CloseTimeout", o.CloseTimeout}, {"CountInterval", o.CountInterval}} {
 		if d.v < 0 {
 			bad(d.field, "negative (%s); zero means the default", d.v)
 		}
@@ -122,6 +123,14 @@ type Options struct {
 	// shorter; negative disables the background sweep (call Sweep
 	// yourself). Longer than the Retention is refused.
 	SweepInterval time.Duration
+
+	// CountInterval is how often the replays and rejections counted in
+	// memory are written to the backend: each record counted is written at
+	// most once an interval (and at Sweep and Close), however often it was
+	// replayed. A crash loses at most the counts of the last interval,
+	// and the records concerned then read as approximate (a lower bound;
+	// docs/contract.md, "Counts"). Default 10 seconds.
+	CountInterval time.Duration
 
 	// MaxUnknown is how many inconclusive resolver answers a claim gets
 	// before it is marked as needing attention. Default 10.
@@ -220,6 +229,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = min(defaultSweepInterval, c.Retention)
+	}
+	if c.CountInterval <= 0 {
+		c.CountInterval = defaultCountInterval
 	}
 	if c.MaxUnknown <= 0 {
 		c.MaxUnknown = defaultMaxUnknown

@@ -61,6 +61,7 @@ type hotEntry struct {
 	replays    int64
 	lastReplay int64
 	pinned     bool
+	slot       int // its index in the pending list while replays > 0
 
 	token uint64
 	// result is what replays hand out the address of.
@@ -133,11 +134,11 @@ type hotSet struct {
 }
 
 // pinnedShare is the share of the cache's limit that entries dropped with
-// unflushed counts may hold before put asks for an early flush. A counted
-// entry still in the cache costs nothing more than its place on the
-// pending list, so replays of the cache's keys, however many, wait for the
-// flush interval (tallyLoop); only churn past the cache's size flushes
-// early.
+// unflushed counts may hold. A counted entry still in the cache costs
+// nothing more than its place on the pending list, so replays of the
+// cache's keys, however many, wait for the flush interval (tallyLoop);
+// past this share, churn drops the counts of the entries it evicts (and
+// the Store records the loss, countledger.go) rather than flushing early.
 const pinnedShare = 4
 
 // newHotSet returns an empty cache holding about limit bytes at most.
@@ -228,6 +229,7 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 	}
 	if count {
 		if e.replays == 0 {
+			e.slot = len(sh.pending)
 			sh.pending = append(sh.pending, e)
 		}
 		e.replays++
@@ -241,13 +243,13 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 
 // put keeps the done record rec of (scope, key): its Fingerprint, Token,
 // ExpiresAt and Result, which must not be changed afterwards (the cache
-// keeps the Result's header and body, not rec). full reports that the
-// entries dropped with their counts unflushed (by this put or earlier ones)
-// hold more than limit/pinnedShare, so that the caller can ask for an early
-// flush.
-func (h *hotSet) put(scope, key string, rec *Record) (full bool) {
+// keeps the Result's header and body, not rec). With count, the new entry
+// counts one replay at time at. kept reports whether the cache took rec
+// (not when its result is too large); dropped, that evicting made room by
+// dropping unflushed counts (hotSet.remove).
+func (h *hotSet) put(scope, key string, rec *Record, count bool, at time.Time) (kept, dropped bool) {
 	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
-		return false
+		return false, false
 	}
 	// One allocation for the key, the fingerprint and the scope: the
 	// caller's strings may share memory with a large request, which the
@@ -263,31 +265,50 @@ func (h *hotSet) put(scope, key string, rec *Record) (full bool) {
 	fp := all[len(key):fpEnd]
 	e := &hotEntry{fingerprint: fp, expiresAt: rec.ExpiresAt, token: rec.Token,
 		result: *rec.Result, id: k, size: size(k, fp, rec.Result)}
+	if count {
+		e.replays, e.lastReplay = 1, at.UnixNano()
+	}
 	sh := h.shard(k.scope, k.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if count {
+		e.slot = len(sh.pending)
+		sh.pending = append(sh.pending, e)
+	}
 	if old := sh.m.get(k); old != nil {
-		h.remove(sh, k, old)
+		dropped = h.remove(sh, k, old)
 	} else {
 		sh.order = append(sh.order, k)
 	}
 	sh.m.set(k, e)
 	sh.bytes += e.size
 	h.bytes.Add(int64(e.size))
-	h.evict(sh, k)
-	return h.pinned.Load() > h.limit/pinnedShare
+	return true, h.evict(sh, k) || dropped
 }
 
-// remove deletes the entry e of id from sh, and pins it if its counts wait
-// for a flush. Called with sh.mu held.
-func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) {
+// remove deletes the entry e of id from sh. If its counts wait for a
+// flush it pins it, while the pinned entries hold less than
+// limit/pinnedShare; otherwise it drops the counts and reports dropped.
+// Called with sh.mu held.
+func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) (dropped bool) {
 	sh.bytes -= e.size
 	h.bytes.Add(-int64(e.size))
 	sh.m.del(id)
 	if e.replays > 0 && !e.pinned {
+		if h.pinned.Load()+int64(e.size) > h.limit/pinnedShare {
+			// Off the pending list too, so that nothing keeps it: it is
+			// in no map, so nothing counts on it again.
+			last := sh.pending[len(sh.pending)-1]
+			sh.pending[e.slot], last.slot = last, e.slot
+			sh.pending[len(sh.pending)-1] = nil
+			sh.pending = sh.pending[:len(sh.pending)-1]
+			e.replays = 0
+			return true
+		}
 		e.pinned = true
 		h.pinned.Add(int64(e.size))
 	}
+	return false
 }
 
 // evict drops sh's oldest entries while the cache is over its limit,
@@ -295,8 +316,9 @@ func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) {
 // is close to evicting the cache's oldest; the limit is exceeded by at
 // most an entry per shard. Each id is queued once per insertion (an id
 // dropped earlier may still be queued and is skipped), so the work is
-// constant per put on average. Called with sh.mu held.
-func (h *hotSet) evict(sh *hotShard, k hotID) {
+// constant per put on average. It reports whether it dropped unflushed
+// counts (remove). Called with sh.mu held.
+func (h *hotSet) evict(sh *hotShard, k hotID) (dropped bool) {
 	for h.bytes.Load()+h.pinned.Load() > h.limit && sh.m.len() > 1 && sh.head < len(sh.order) {
 		old := sh.order[sh.head]
 		sh.order[sh.head] = hotID{}
@@ -306,8 +328,8 @@ func (h *hotSet) evict(sh *hotShard, k hotID) {
 			sh.order = append(sh.order, k)
 			continue
 		}
-		if r := sh.m.get(old); r != nil {
-			h.remove(sh, old, r)
+		if r := sh.m.get(old); r != nil && h.remove(sh, old, r) {
+			dropped = true
 		}
 	}
 	if queued := len(sh.order) - sh.head; queued > 2*sh.m.len()+64 {
@@ -329,16 +351,25 @@ func (h *hotSet) evict(sh *hotShard, k hotID) {
 		sh.order = append(sh.order[:0:0], sh.order[sh.head:]...)
 		sh.head = 0
 	}
+	return dropped
 }
 
 // drop forgets the entry of (scope, key) if it holds the record with
-// token, or any entry when token is 0.
+// token, or any entry when token is 0. Its unflushed counts are kept
+// (pinned) whatever the pinned entries hold: drops are rare (an operator's
+// action, a reclaim) and their counts few.
 func (h *hotSet) drop(scope, key string, token uint64) {
 	sh := h.shard(scope, key)
 	k := hotID{scope, key}
 	sh.mu.Lock()
 	if old := sh.m.get(k); old != nil && (token == 0 || old.token == token) {
-		h.remove(sh, k, old)
+		sh.bytes -= old.size
+		h.bytes.Add(-int64(old.size))
+		sh.m.del(k)
+		if old.replays > 0 && !old.pinned {
+			old.pinned = true
+			h.pinned.Add(int64(old.size))
+		}
 	}
 	sh.mu.Unlock()
 }
@@ -350,6 +381,9 @@ func (h *hotSet) takeCounts(out []backend.Tally) []backend.Tally {
 		sh := &h.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.pending {
+			if e.replays == 0 {
+				continue // its counts were dropped (remove)
+			}
 			t := backend.Tally{Scope: e.id.scope, Key: e.id.key, Replays: e.replays, ExpiresAt: e.expiresAt, Token: e.token}
 			if e.lastReplay != 0 {
 				t.LastReplay = time.Unix(0, e.lastReplay)
@@ -368,11 +402,9 @@ func (h *hotSet) takeCounts(out []backend.Tally) []backend.Tally {
 	return out
 }
 
-// keep puts the done record rec of (scope, key) in the replay cache, and
-// asks for an early flush of the counts when entries dropped with theirs
-// unflushed hold their share of the cache (hotSet.put).
+// keep puts the done record rec of (scope, key) in the replay cache.
 func (s *Store) keep(scope, key string, rec *Record) {
-	if s.hot.put(scope, key, rec) {
-		s.flushSoon()
+	if _, dropped := s.hot.put(scope, key, rec, false, time.Time{}); dropped {
+		s.ledger.dropped.Store(true)
 	}
 }

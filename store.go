@@ -46,9 +46,9 @@ type Store struct {
 	bgDone    chan struct{}   // closed when the background sweep has returned
 	tallyDone chan struct{}   // closed when the tally flusher has returned
 	clockDone chan struct{}   // closed when the clock loop has returned
-	flushNow  chan struct{}   // asks the tally flusher to flush early
 	sweeps    sync.Mutex      // one Sweep at a time
 	counts    tallies         // replays and rejections not yet flushed
+	ledger    countLedger     // what counts may have been lost (countledger.go)
 	tallier   backend.Tallier // the backend, if it keeps counts
 	hot       *hotSet         // the replay cache (replaycache.go)
 	wall      *wallClock      // reads the clock when it is the system clock
@@ -108,10 +108,11 @@ func New(b backend.Backend, opts *Options) *Store {
 	}
 	s := &Store{b: b, o: o, owner: owner, accepting: true,
 		stop: make(chan struct{}), bgDone: make(chan struct{}), tallyDone: make(chan struct{}),
-		clockDone: make(chan struct{}), flushNow: make(chan struct{}, 1), drained: make(chan struct{}),
+		clockDone: make(chan struct{}), drained: make(chan struct{}),
 		hot: newHotSet(shares.hotBytes), counts: tallies{limit: shares.tallies}, rules: map[string]recoveryRule{JournalScope: journalRule(), EncryptionScope: markerRule()}}
 	s.cond = sync.NewCond(&s.mu)
 	s.tallier, _ = b.(backend.Tallier)
+	s.openLedger(context.Background())
 	if _, ok := o.Clock.(systemClock); ok {
 		s.wall = &wallClock{}
 	}
@@ -166,15 +167,20 @@ func (s *Store) Close() error {
 	<-s.bgDone
 	<-s.tallyDone
 	<-s.clockDone
-	if err := s.flushTallies(context.Background()); err != nil {
-		s.observeErr("tally", "", "", 0, err)
-	}
 
 	s.closed.Store(true)
 	if s.ops.Load() == 0 {
 		s.drainOnce.Do(func() { close(s.drained) })
 	}
 	<-s.drained
+	// No backend call runs now, nor will: a replay whose read was in
+	// flight has counted, so these counts are the last, and the ledger
+	// may say so.
+	direct := func(fn func() error) error { return fn() }
+	if err := s.flushWith(context.Background(), direct); err != nil {
+		s.observeErr("tally", "", "", 0, err)
+	}
+	s.closeLedger(context.Background(), direct)
 	return s.b.Close()
 }
 

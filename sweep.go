@@ -29,19 +29,28 @@ type SweepReport struct {
 	Expired int
 }
 
-// Sweep runs recovery and reclamation once: it resolves stale claims
-// through the Resolver and deletes expired records, each in bounded
-// batches. The background sweep calls it every Options.SweepInterval;
-// tools and tests call it directly.
+// Sweep writes the counts gathered in memory, then runs recovery and
+// reclamation once: it resolves stale claims through the Resolver and
+// deletes expired records, each in bounded batches. The background sweep
+// does the same every Options.SweepInterval, but for the counts, which
+// it leaves to their own interval (Options.CountInterval); tools and
+// tests call it directly.
 func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
+	return s.sweep(ctx, true)
+}
+
+// sweep is Sweep; flush says whether to write the counts first.
+func (s *Store) sweep(ctx context.Context, flush bool) (SweepReport, error) {
 	var rep SweepReport
 	if s.closed.Load() {
 		return rep, ErrClosed
 	}
 	s.sweeps.Lock()
 	defer s.sweeps.Unlock()
-	if err := s.flushTallies(ctx); err != nil {
-		return rep, err
+	if flush {
+		if err := s.flushTallies(ctx); err != nil {
+			return rep, err
+		}
 	}
 
 	const batch = 256
@@ -139,7 +148,7 @@ func (s *Store) background() {
 		}
 	}()
 	for {
-		if _, err := s.Sweep(ctx); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
+		if _, err := s.sweep(ctx, false); err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
 			s.observeErr("sweep", "", "", 0, err)
 		}
 		// The backend's own housekeeping runs here, off the requests and off

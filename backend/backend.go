@@ -158,6 +158,23 @@ type Tallier interface {
 	AddTallies(ctx context.Context, tallies []Tally) error
 }
 
+// CountLedger is implemented by a Tallier that one process opens at a
+// time (the embedded store) and that keeps, for the Store, a small record
+// of its counting: since when counts may still be in the Store's memory
+// and not in the backend, and the periods in which counts were lost (a
+// crash, a full table of pending counts, a failed flush). The Store
+// encodes the ledger; the backend stores its bytes as they are. With it
+// the Store can tell an exact count from a lower bound (Record.
+// CountsApproximate); a Store over a Tallier without one reports every
+// count as a lower bound, since it cannot know what another process lost.
+type CountLedger interface {
+	// LoadCountLedger returns the bytes SaveCountLedger saved last, or
+	// nil if none were.
+	LoadCountLedger(ctx context.Context) ([]byte, error)
+	// SaveCountLedger replaces them durably.
+	SaveCountLedger(ctx context.Context, ledger []byte) error
+}
+
 // Transactor is implemented by backends that can run an effect's writes in
 // one transaction with the claim's completion (TxBackend). Recovery
 // releases a stale claim that Transactional reports without asking the

@@ -115,9 +115,11 @@ type Record struct {
 	Attempts []Attempt `msgpack:"a,omitempty"`
 	// Replays counts the repeats answered with the saved result;
 	// LastReplay is the latest (up to 100 ms early with the system clock,
-	// see Options.Clock). Counted in batches, every second or, when many
-	// keys are counted, every few: a crash may lose the last batch's counts,
-	// never a result.
+	// see Options.Clock). Counted in memory and written in batches, at most
+	// once per record per count interval (the Store's
+	// Options.CountInterval), so a count read may lag by one interval; a
+	// count is never more than the replays answered, and exact unless
+	// the Store's CountsApproximate says otherwise (docs/contract.md, "Counts").
 	Replays    int64     `msgpack:"rp,omitempty"`
 	LastReplay time.Time `msgpack:"lr,omitempty"`
 	// Conflicts counts repeats refused because a claim was in progress

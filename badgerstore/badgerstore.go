@@ -443,6 +443,12 @@ func recordID(scope, key string) []byte {
 	return appendRecordID(make([]byte, 0, 1+len(scope)+len(key)), scope, key)
 }
 
+// recordKey returns the Badger key of the record of (scope, key),
+// prefixRecord and its id, in one allocation: key[1:] is the id.
+func recordKey(scope, key string) []byte {
+	return appendRecordID(append(make([]byte, 0, 2+len(scope)+len(key)), prefixRecord), scope, key)
+}
+
 // appendRecordID appends the id of (scope, key) to dst. The scope must be
 // at most 255 bytes.
 func appendRecordID(dst []byte, scope, key string) []byte {

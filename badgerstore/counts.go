@@ -484,3 +484,48 @@ func foldRecord(t *engine.Txn, flush uint64, es []countsEntry) {
 	}
 	t.Set(countsKey(id, token, flush), encodeCounts(sum), exp)
 }
+
+// countLedgerKey holds the Store's count ledger (backend.CountLedger), as
+// the Store encodes it.
+var countLedgerKey = []byte("s/countledger")
+
+var _ backend.CountLedger = (*Backend)(nil)
+
+// LoadCountLedger implements backend.CountLedger.
+func (b *Backend) LoadCountLedger(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var v []byte
+	err := b.eng.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(countLedgerKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
+		return nil, backend.Unavailable("count ledger", err)
+	}
+	return v, nil
+}
+
+// SaveCountLedger implements backend.CountLedger. A read-only store keeps
+// the ledger it has: its Store counts nothing it could lose.
+func (b *Backend) SaveCountLedger(ctx context.Context, ledger []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.ro {
+		return nil
+	}
+	v := bytes.Clone(ledger)
+	if err := b.update(func(t *engine.Txn) error { t.Set(countLedgerKey, v, 0); return nil }); err != nil {
+		return backend.Unavailable("count ledger", err)
+	}
+	return nil
+}

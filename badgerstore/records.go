@@ -121,12 +121,12 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	id := recordID(scope, key)
+	rk := recordKey(scope, key) // the peek's, the op's and the write's
+	id := rk[1:]
 	// Fast path, off the committer: a done record that has not expired, or
 	// a claim in progress, is answered from a read. Neither can become
 	// claimable by any write but the committer's own later ones, so the
 	// answer is the one the committer would give at this instant.
-	rk := withPrefix(prefixRecord, id) // the peek's, the op's and the write's
 	rec, stamp, err := b.peek(rk, id)
 	if err != nil {
 		return nil, false, backend.Unavailable("claim", err)
@@ -216,8 +216,8 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	id := recordID(scope, key)
-	rk := withPrefix(prefixRecord, id)
+	rk := recordKey(scope, key)
+	id := rk[1:]
 	err := b.update(func(t *engine.Txn) error {
 		rec, _, err := b.readRecordAt(t, id, rk, engine.Stamp{})
 		if err != nil {

@@ -151,7 +151,7 @@ func (h *handler) ls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	f := Filter{Now: h.o.Now(), State: q.Get("state"), Limit: min(100, h.maxRows)}
+	f := Filter{Now: h.o.Now(), State: q.Get("state"), Limit: min(100, h.maxRows), Approximate: h.s.CountsApproximate}
 	if q.Has("scope") {
 		scope := q.Get("scope")
 		f.Scope = &scope

@@ -40,6 +40,11 @@ type Filter struct {
 	// Progress, if set, is called with the number of records scanned so
 	// far, after each record.
 	Progress func(scanned int)
+	// Approximate, if set, reports whether a record's counts are a lower
+	// bound (idem.Store.CountsApproximate): such rows are marked
+	// (Row.CountsApproximate). Nil leaves every row unmarked; the handler
+	// and idem ls set it.
+	Approximate func(*idem.Record) bool
 }
 
 // Check returns an error if f names an unknown state or a negative limit
@@ -97,6 +102,9 @@ type Row struct {
 	// MayHaveRunTwice is the record's mark: a holder whose claim had been
 	// recovered finished its effect after the key was claimed again.
 	MayHaveRunTwice bool `json:"may_have_run_twice,omitempty"`
+	// CountsApproximate says Replays and Rejections are a lower bound
+	// (Filter.Approximate); the text and the page show "≥ N".
+	CountsApproximate bool `json:"counts_approximate,omitempty"`
 }
 
 // rank orders conditions in a listing: those needing someone first, the
@@ -196,6 +204,7 @@ func List(ctx context.Context, l backend.Lister, f Filter) (*Listing, error) {
 			f.Progress(out.Scanned)
 		}
 		r := NewRow(rec, f.Now)
+		r.CountsApproximate = f.Approximate != nil && f.Approximate(rec)
 		if !f.keep(&r) {
 			return true
 		}
@@ -265,8 +274,12 @@ func (l *Listing) WriteText(w io.Writer) error {
 		if r.MayHaveRunTwice {
 			cond = "RAN TWICE? " + cond
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n", cond, quote(r.Scope), quote(r.Key),
-			r.Token, r.Claims, formatAge(r.Age), result, r.Replays, r.Rejections, r.Deadline(l.Now))
+		ge := ""
+		if r.CountsApproximate {
+			ge = "≥"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s%d\t%s%d\t%s\n", cond, quote(r.Scope), quote(r.Key),
+			r.Token, r.Claims, formatAge(r.Age), result, ge, r.Replays, ge, r.Rejections, r.Deadline(l.Now))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -187,7 +187,7 @@ func (h *handler) listPage(w http.ResponseWriter, r *http.Request, d *pageData) 
 	}
 	q := r.URL.Query()
 	p := &listPage{States: conditions, State: q.Get("state"), Scope: q.Get("scope"), Older: q.Get("older_than"), Page: 1}
-	f := Filter{Now: d.Now, State: p.State}
+	f := Filter{Now: d.Now, State: p.State, Approximate: h.s.CountsApproximate}
 	if p.Scope != "" {
 		f.Scope = &p.Scope
 	}
@@ -260,7 +260,7 @@ func (h *handler) keyPage(w http.ResponseWriter, r *http.Request, d *pageData) {
 		h.fail(w, d, statusOf(err), err.Error(), "./")
 		return
 	}
-	p := &keyPage{Story: tell(rec, sealedUnder, d.Now), Settled: q.Get("settled") != ""}
+	p := &keyPage{Story: tell(rec, sealedUnder, d.Now, h.s.CountsApproximate(rec)), Settled: q.Get("settled") != ""}
 	p.Settleable = p.Condition == "stuck" || p.Condition == "attention"
 	// Asked only here, where a body would be shown: a refusal hides it.
 	p.Bodies = h.o.Authorize(r, AccessBodies) == nil

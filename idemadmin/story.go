@@ -39,6 +39,10 @@ type Story struct {
 	Replays    int64          `json:"replays"`
 	Conflicts  int64          `json:"conflicts"`
 	Mismatches int64          `json:"mismatches"`
+	// CountsApproximate says Replays, Conflicts and Mismatches are a lower
+	// bound, not exact (idem.Store.CountsApproximate): the text and the
+	// page show them as "≥ N".
+	CountsApproximate bool `json:"counts_approximate,omitempty"`
 
 	// MayHaveRunTwice is the record's mark (idem.Record.MayHaveRunTwice):
 	// the timeline's ran_twice entry tells which claim finished late.
@@ -73,7 +77,8 @@ func Inspect(ctx context.Context, s *idem.Store, scope, key string, now time.Tim
 	if err != nil {
 		return nil, err
 	}
-	return tell(rec, sealedUnder, now), nil
+	st := tell(rec, sealedUnder, now, s.CountsApproximate(rec))
+	return st, nil
 }
 
 // Entry is one event of a record's timeline.
@@ -102,21 +107,23 @@ type Entry struct {
 // replays and rejections and the time of the last one, so the timeline
 // holds one entry for each kind, at the last one. A result still sealed
 // (rec as a backend stores it) is marked as sealed, its ciphertext never
-// shown as its body.
+// shown as its body. Tell has no Store to ask whether counts were lost:
+// the counts are told as rec holds them, unmarked. Inspect asks the
+// Store (idem.Store.CountsApproximate) and marks them.
 func Tell(rec *idem.Record, now time.Time) *Story {
 	id, _ := keyring.Sealed(rec.Result)
-	return tell(rec, id, now)
+	return tell(rec, id, now, false)
 }
 
 // tell is Tell of a record whose result is sealed under key sealedUnder,
-// if not empty.
-func tell(rec *idem.Record, sealedUnder string, now time.Time) *Story {
+// if not empty, and whose counts are a lower bound if approx.
+func tell(rec *idem.Record, sealedUnder string, now time.Time, approx bool) *Story {
 	s := &Story{
 		Scope: rec.Scope, Key: rec.Key, State: rec.State.String(), Condition: condition(rec, now),
 		Fingerprint: rec.Fingerprint, Token: rec.Token, Claims: rec.Claims, MayHaveRunTwice: rec.MayHaveRunTwice,
 		FirstSeen: rec.FirstSeen, ExpiresAt: rec.ExpiresAt,
 		Replays: rec.Replays, Conflicts: rec.Conflicts, Mismatches: rec.Mismatches,
-		Now: now,
+		CountsApproximate: approx, Now: now,
 	}
 	if rec.State == idem.StateInProgress {
 		s.LeaseEnds = rec.LeaseEnds
@@ -135,7 +142,7 @@ func tell(rec *idem.Record, sealedUnder string, now time.Time) *Story {
 		s.Summary = "may have run twice: a claim finished its effect after recovery had handed the key to " +
 			"another (see ran_twice below); " + s.Summary
 	}
-	s.Timeline = timeline(rec, now)
+	s.Timeline = timeline(rec, now, approx)
 	return s
 }
 
@@ -213,11 +220,11 @@ func (s *story) note(a backend.Attempt) {
 }
 
 // timeline builds the entries of rec's story, oldest first.
-func timeline(rec *idem.Record, now time.Time) []Entry {
+func timeline(rec *idem.Record, now time.Time, approx bool) []Entry {
 	var s story
 	s.add(rec.FirstSeen, "first_seen", 0, "first seen")
 	s.attempts(rec, now)
-	s.counts(rec)
+	s.counts(rec, approx)
 	s.expiry(rec, now)
 	sortEntries(s.out, s.order)
 	return s.out
@@ -315,10 +322,15 @@ func (s *story) ended(a backend.Attempt) {
 	}
 }
 
-// counts adds the replays and refusals counted for rec.
-func (s *story) counts(rec *idem.Record) {
+// counts adds the replays and refusals counted for rec; approx marks the
+// counts as a lower bound ("at least").
+func (s *story) counts(rec *idem.Record, approx bool) {
+	least := ""
+	if approx {
+		least = "at least "
+	}
 	if rec.Replays > 0 {
-		s.add(rec.LastReplay, "replayed", 0, "replayed %s; the last here", plural(rec.Replays, "time", "times"))
+		s.add(rec.LastReplay, "replayed", 0, "replayed %s%s; the last here", least, plural(rec.Replays, "time", "times"))
 		// A replay follows the outcome it replays. Its time may read
 		// earlier: a replay answered from memory is timed on a clock
 		// reading up to 100 ms old, and times print to the second.
@@ -334,7 +346,7 @@ func (s *story) counts(rec *idem.Record) {
 		if rec.Mismatches > 0 {
 			parts = append(parts, fmt.Sprintf("%d× 422 (different payload)", rec.Mismatches))
 		}
-		s.add(rec.LastRejection, "rejected", 0, "refused %s; the last here", strings.Join(parts, " and "))
+		s.add(rec.LastRejection, "rejected", 0, "refused %s%s; the last here", least, strings.Join(parts, " and "))
 	}
 }
 
@@ -455,8 +467,15 @@ func (s *Story) WriteText(w io.Writer) error {
 		}
 		p("result", "%s", r)
 	}
-	p("replays", "%d", s.Replays)
-	p("rejected", "%d× 409, %d× 422", s.Conflicts, s.Mismatches)
+	ge := ""
+	if s.CountsApproximate {
+		ge = "≥ "
+	}
+	p("replays", "%s%d", ge, s.Replays)
+	p("rejected", "%s%d× 409, %s%d× 422", ge, s.Conflicts, ge, s.Mismatches)
+	if s.CountsApproximate {
+		p("counts", "%s", "approximate: a lower bound (counts were lost while the record lived, or the backend cannot tell)")
+	}
 	if !s.ExpiresAt.IsZero() {
 		p("expires", "%s (%s)", formatTime(s.ExpiresAt), relative(s.ExpiresAt, s.Now))
 	}

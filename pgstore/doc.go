@@ -53,7 +53,10 @@
 // Claim's answers carry only the latter, except for the claim of a released
 // record, whose life and counts go on. Reclaim deletes a record's counts
 // with it, and a claim of an expired record deletes the old life's
-// (tally.go).
+// (tally.go). The backend keeps no count ledger (backend.CountLedger):
+// processes share it, and one that dies with counts in memory is not seen
+// by the others, so a Store over it reports every count as a lower bound
+// (idem.Store.CountsApproximate).
 //
 // Stale walks a partial index of the open claims (its cost grows with them,
 // not with the table) and hands each stale claim to one backend instance at

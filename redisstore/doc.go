@@ -64,12 +64,16 @@
 // down-after-milliseconds, seconds); a token stays below 2^53.
 //
 // Counts of replays and rejections (backend.Tallier) reach the server in
-// batches the Store merges in memory per key, every second or so: one
+// batches the Store merges in memory per key, once per
+// idem.Options.CountInterval: one
 // pipelined round trip of one script call per shard that adds each
 // record's counts to its count fields (HINCRBY), with no read and no
 // record rewritten. A read adds the fields to the counts the bytes hold, and a
 // write of the record leaves them out of its bytes; a claim that starts a
-// new life drops them. A replay is never a write.
+// new life drops them. A replay is never a write. The backend keeps no
+// count ledger (backend.CountLedger): processes share it, and one that
+// dies with counts in memory is not seen by the others, so a Store over
+// it reports every count as a lower bound (idem.Store.CountsApproximate).
 //
 // A key's {tag} is its shard, one of Shards (16), hashed from scope and key:
 // the record, its shard's stale index, expiry index, version counter

@@ -98,6 +98,7 @@ since a record entered its state (90s, 15m, 2h, 7d).
 	}
 	defer s.Close()
 	f.Now = s.Options().Clock.Now()
+	f.Approximate = s.CountsApproximate
 	c := newScanCounter(stderr, "scanned")
 	f.Progress = c.progress()
 	out, err := idemadmin.List(ctx, s.Backend().(backend.Lister), f)

@@ -142,14 +142,15 @@ func (item *Item) yieldItemValue() ([]byte, func(), error) {
 		return nil, nil, nil
 	}
 
-	if item.slice == nil {
-		item.slice = new(y.Slice)
+	if (item.meta & bitValuePointer) == 0 {
+		// The value is in the LSM tree, and vptr holds the item's own copy
+		// of it (Txn.Get and the iterator copy it in): hand it over as it
+		// is. Value's fn may read it until it returns; ValueCopy copies it.
+		return item.vptr, nil, nil
 	}
 
-	if (item.meta & bitValuePointer) == 0 {
-		val := item.slice.Resize(len(item.vptr))
-		copy(val, item.vptr)
-		return val, nil, nil
+	if item.slice == nil {
+		item.slice = new(y.Slice)
 	}
 
 	var vp valuePointer
@@ -202,6 +203,9 @@ func (item *Item) prefetchValue() {
 	item.status = prefetched
 	if val == nil {
 		return
+	}
+	if item.slice == nil {
+		item.slice = new(y.Slice)
 	}
 	buf := item.slice.Resize(len(val))
 	copy(buf, val)
