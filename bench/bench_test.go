@@ -176,13 +176,18 @@ func TestMerge(t *testing.T) {
 	// comes with its figures and its line in the list of contenders; a
 	// figure of a contender the later run does not list is not taken.
 	floor := &Measurement{Workload: "replay-disk-1", Contender: "badger-get", Reps: []float64{14}, Median: 14}
+	floor32 := &Measurement{Workload: "replay-disk-32", Contender: "badger-get", Reps: []float64{15}, Median: 15}
 	later = &Results{Contenders: []ContenderInfo{{Name: "badger-get", Kind: "limit"}},
-		Measurements: []*Measurement{floor, {Workload: "replay-disk-1", Contender: "ghost", Reps: []float64{1}, Median: 1}}}
+		Measurements: []*Measurement{floor, floor32, {Workload: "replay-disk-1", Contender: "ghost", Reps: []float64{1}, Median: 1}}}
 	if err := run.merge(later, ""); err != nil {
 		t.Fatal(err)
 	}
+	// Its figures in every workload, not only the first one met.
 	if m := run.find("replay-disk-1", "badger-get"); m == nil || m.Median != 14 {
 		t.Errorf("the added contender's figure: %+v", m)
+	}
+	if m := run.find("replay-disk-32", "badger-get"); m == nil || m.Median != 15 {
+		t.Errorf("the added contender's figure in a second workload: %+v", m)
 	}
 	if kindOf(run, "badger-get") != "limit" || run.find("replay-disk-1", "ghost") != nil {
 		t.Errorf("contenders after the merge: %+v", run.Contenders)

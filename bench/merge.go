@@ -32,6 +32,7 @@ func (r *Results) merge(later *Results, note string) error {
 	rm := Remeasured{Started: later.Started, Finished: later.Finished, LoadStart: later.Machine.LoadStart,
 		LoadEnd: later.Machine.LoadEnd, Note: note}
 	added := map[string]bool{}
+	newContenders := map[string]bool{} // added to the suite since the run, in any workload
 	for _, w := range later.Workloads {
 		if !slices.ContainsFunc(r.Workloads, func(o Workload) bool { return o.ID == w.ID }) {
 			r.Workloads = append(r.Workloads, w)
@@ -61,8 +62,10 @@ func (r *Results) merge(later *Results, note string) error {
 		switch {
 		case i >= 0:
 			r.Measurements[i] = m
-		case r.addContender(later, m.Contender):
-			// A contender added to the suite since the run.
+		case newContenders[m.Contender] || r.addContender(later, m.Contender):
+			// A contender added to the suite since the run: its figures
+			// in every workload later measured it in.
+			newContenders[m.Contender] = true
 			r.Measurements = append(r.Measurements, m)
 		default:
 			continue
