@@ -31,18 +31,11 @@ func (s *Suite) proxyCalls(ctx context.Context) error {
 			"store, timed beside them", len(requestBody), len(benchResult)),
 		Unit: "ns/op", Reference: "proxy first call"})
 
-	dir, err := os.MkdirTemp(s.tmp, "proxy-")
+	store, done, err := s.proxyStore("proxy-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	o := idemOptions(idem.Durable, benchResult)
-	o.Policy, o.Resolver = idemproxy.Policy, idemproxy.HoldResolver{}
-	store, err := idem.Open(dir, o)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	defer done()
 
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -123,4 +116,22 @@ func loneCycle(ctx context.Context, store *idem.Store) func() error {
 			func(context.Context) (idem.Result, error) { return idem.Result{Status: 201, Body: benchResult}, nil })
 		return err
 	}
+}
+
+// proxyStore opens the durable store a proxy workload guards its calls
+// with, as idem proxy and idem mcp-proxy open theirs (the proxies' error
+// policy, stale claims held for the resolver), in a new directory under
+// the suite's; done closes it and removes the directory.
+func (s *Suite) proxyStore(prefix string) (store *idem.Store, done func(), err error) {
+	dir, err := os.MkdirTemp(s.tmp, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	o := idemOptions(idem.Durable, benchResult)
+	o.Policy, o.Resolver = idemproxy.Policy, idemproxy.HoldResolver{}
+	if store, err = idem.Open(dir, o); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return store, func() { store.Close(); os.RemoveAll(dir) }, nil
 }

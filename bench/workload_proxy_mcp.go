@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemmcp"
-	"github.com/idemkit/idem/idemproxy"
 	"github.com/idemkit/idem/idemproxy/mcpproxy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -31,18 +28,11 @@ func (s *Suite) proxyMCPCalls(ctx context.Context) error {
 			"is a lone durable claim and completion on the proxy's store, timed beside them", len(requestBody), len(benchResult)),
 		Unit: "ns/op", Reference: "proxy first call"})
 
-	dir, err := os.MkdirTemp(s.tmp, "proxy-mcp-")
+	store, done, err := s.proxyStore("proxy-mcp-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	o := idemOptions(idem.Durable, benchResult)
-	o.Policy, o.Resolver = idemproxy.Policy, idemproxy.HoldResolver{}
-	store, err := idem.Open(dir, o)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
+	defer done()
 
 	up := mcp.NewServer(&mcp.Implementation{Name: "refunds", Version: "1"}, nil)
 	up.AddTool(&mcp.Tool{Name: "refund_order", InputSchema: map[string]any{"type": "object"}},
