@@ -292,7 +292,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 	s := c.s
 	now := s.now()
 	var kind EventKind
-	var done *Record // the record completed, for the replay cache
+	var done hotRecord // the record completed, for the replay cache
 	err := s.call(func() error {
 		switch d {
 		case DecisionSave:
@@ -313,7 +313,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 			}
 			if len(res.Body) <= hotMaxBody {
 				// A copy: the caller may reuse what res holds.
-				done = &Record{Fingerprint: c.fingerprint, Token: c.token, ExpiresAt: comp.ExpiresAt, Result: res.Clone()}
+				done = hotRecord{Fingerprint: c.fingerprint, Token: c.token, ExpiresAt: comp.ExpiresAt, Result: res.Clone()}
 			}
 			return nil
 		case DecisionHold:
@@ -345,7 +345,7 @@ func (c *Claim) end(ctx context.Context, d Decision, res Result, reason string, 
 		// The effect ran: a failed end must not read as "did not run".
 		return &NotRecordedError{Scope: c.scope, Key: c.key, Cause: err}
 	}
-	if done != nil {
+	if done.Result != nil {
 		s.keep(c.scope, c.key, done)
 	}
 	s.observe(Event{Kind: kind, Scope: c.scope, Key: c.key, Token: c.token, Time: now, Reason: reason, Err: cause})

@@ -163,7 +163,7 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 			err = s.call(func() error { return s.b.Complete(ctx, rec.Scope, rec.Key, rec.Token, comp) })
 		}
 		if err == nil && len(res.Result.Body) <= hotMaxBody {
-			s.keep(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
+			s.keep(rec.Scope, rec.Key, hotRecord{Fingerprint: rec.Fingerprint, Token: rec.Token,
 				ExpiresAt: comp.ExpiresAt, Result: res.Result.Clone()})
 		}
 	case VerdictNotCommitted:

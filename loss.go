@@ -83,7 +83,7 @@ func (s *Store) settleLost(ctx context.Context, rec *Record, result Result, now 
 	}
 	saved := result.Clone()
 	if len(result.Body) <= hotMaxBody {
-		s.keep(rec.Scope, rec.Key, &Record{Fingerprint: rec.Fingerprint, Token: rec.Token,
+		s.keep(rec.Scope, rec.Key, hotRecord{Fingerprint: rec.Fingerprint, Token: rec.Token,
 			ExpiresAt: comp.ExpiresAt, Result: saved})
 	}
 	s.observe(Event{Kind: EventRecovered, Scope: rec.Scope, Key: rec.Key, Token: rec.Token, Time: now,

@@ -241,13 +241,27 @@ func (h *hotSet) replay(scope, key, fp string, now time.Time, behind time.Durati
 	return e, now
 }
 
+// hotRecord is what the replay cache takes of a done record: what a
+// replay answers and checks.
+type hotRecord struct {
+	Fingerprint string
+	Token       uint64
+	ExpiresAt   time.Time
+	Result      *Result
+}
+
+// hotOf returns what the replay cache takes of rec.
+func hotOf(rec *Record) hotRecord {
+	return hotRecord{Fingerprint: rec.Fingerprint, Token: rec.Token, ExpiresAt: rec.ExpiresAt, Result: rec.Result}
+}
+
 // put keeps the done record rec of (scope, key): its Fingerprint, Token,
 // ExpiresAt and Result, which must not be changed afterwards (the cache
 // keeps the Result's header and body, not rec). With count, the new entry
 // counts one replay at time at. kept reports whether the cache took rec
 // (not when its result is too large); dropped, that evicting made room by
 // dropping unflushed counts (hotSet.remove).
-func (h *hotSet) put(scope, key string, rec *Record, count bool, at time.Time) (kept, dropped bool) {
+func (h *hotSet) put(scope, key string, rec hotRecord, count bool, at time.Time) (kept, dropped bool) {
 	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
 		return false, false
 	}
@@ -403,7 +417,7 @@ func (h *hotSet) takeCounts(out []backend.Tally) []backend.Tally {
 }
 
 // keep puts the done record rec of (scope, key) in the replay cache.
-func (s *Store) keep(scope, key string, rec *Record) {
+func (s *Store) keep(scope, key string, rec hotRecord) {
 	if _, dropped := s.hot.put(scope, key, rec, false, time.Time{}); dropped {
 		s.ledger.dropped.Store(true)
 	}

@@ -27,7 +27,7 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 	h := newDefaultHotSet()
 	body := make([]byte, 8<<10)
 	for i := range 10000 {
-		h.put("", "id-"+strconv.Itoa(i), &Record{State: StateDone, Result: &Result{Body: body}}, false, time.Time{})
+		h.putRecord("", "id-"+strconv.Itoa(i), &Record{State: StateDone, Result: &Result{Body: body}}, false, time.Time{})
 		// Each shard may hold one record beyond the bound.
 		if limit := h.limit + hotShards*(hotMaxBody+1024); h.bytes.Load() > limit {
 			t.Fatalf("after %d puts the set holds %d bytes, more than %d", i+1, h.bytes.Load(), limit)
@@ -41,7 +41,7 @@ func TestHotSet_BoundedBySize(t *testing.T) {
 		t.Fatalf("the shards hold %d bytes, the set counts %d", bytes, h.bytes.Load())
 	}
 	big := &Record{State: StateDone, Result: &Result{Body: make([]byte, hotMaxBody+1)}}
-	h.put("", "big", big, false, time.Time{})
+	h.putRecord("", "big", big, false, time.Time{})
 	if h.get("", "big") != nil {
 		t.Fatal("a record with a large body was kept")
 	}
@@ -67,7 +67,7 @@ func TestHotSet_HoldsReplayWorkload(t *testing.T) {
 	const n = 20_000
 	for i := range n {
 		key := KeyDeriver{}.Effect("run", strconv.Itoa(i))
-		h.put("", key, &Record{Key: key, State: StateDone, Fingerprint: fp,
+		h.putRecord("", key, &Record{Key: key, State: StateDone, Fingerprint: fp,
 			Attempts: make([]backend.Attempt, 1), Result: &Result{Status: 200, Body: body}}, false, time.Time{})
 	}
 	if got, _ := kept(h); got != n {
@@ -81,7 +81,7 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 	for round := range 200 {
 		for i := range 100 {
 			id := "id-" + strconv.Itoa(i)
-			h.put("", id, rec, false, time.Time{})
+			h.putRecord("", id, rec, false, time.Time{})
 			if round%2 == 0 {
 				h.drop("", id, 0)
 			}
@@ -106,7 +106,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 	}
 	for i := range keys {
 		k := "k" + strconv.Itoa(i)
-		h.put("", k, rec(k), false, time.Time{})
+		h.putRecord("", k, rec(k), false, time.Time{})
 	}
 	var got []backend.Tally
 	var wg sync.WaitGroup
@@ -119,7 +119,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 				at := base.Add(time.Duration(g*each + i))
 				// Dropped by another goroutine: put it back.
 				for e, _ := h.replay("", k, "fp", at, 0, nil, true); e == nil; e, _ = h.replay("", k, "fp", at, 0, nil, true) {
-					h.put("", k, rec(k), false, time.Time{})
+					h.putRecord("", k, rec(k), false, time.Time{})
 				}
 				if i%97 == 0 {
 					h.drop("", k, 0)
@@ -161,7 +161,7 @@ func TestHotSet_CountLosesNothing(t *testing.T) {
 func TestHotSet_ReplayChecksFingerprintAndExpiry(t *testing.T) {
 	h := newDefaultHotSet()
 	now := time.Unix(1_700_000_000, 0)
-	h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}}, false, time.Time{})
+	h.putRecord("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: now.Add(time.Second), Result: &Result{}}, false, time.Time{})
 	if e, _ := h.replay("", "k", "other", now, 0, nil, true); e != nil {
 		t.Fatal("replayed for another fingerprint")
 	}
@@ -195,7 +195,7 @@ func TestHotSet_Replay_LateReading(t *testing.T) {
 		for _, late := range []time.Duration{0, 1, time.Second, behind / 2, behind - 1, behind,
 			behind + 1, behind + time.Second, 2 * behind} {
 			h := newDefaultHotSet()
-			h.put("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: expires, Result: &Result{}}, false, time.Time{})
+			h.putRecord("", "k", &Record{Key: "k", State: StateDone, Fingerprint: "fp", ExpiresAt: expires, Result: &Result{}}, false, time.Time{})
 			reading := current.Add(-late)
 			freshReads := 0
 			fresh := func() time.Time {
@@ -242,7 +242,7 @@ func TestHotSet_ScopesKeptApart(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	ids := []hotID{{"", "k"}, {"a", "k"}, {"b", "k"}, {"", "ak"}, {"", "\x01ak"}}
 	for i, id := range ids {
-		h.put(id.scope, id.key, &Record{Scope: id.scope, Key: id.key, State: StateDone, Fingerprint: "fp",
+		h.putRecord(id.scope, id.key, &Record{Scope: id.scope, Key: id.key, State: StateDone, Fingerprint: "fp",
 			ExpiresAt: now.Add(time.Hour), Result: &Result{Status: 200 + i}}, false, time.Time{})
 	}
 	for i, id := range ids {
@@ -269,7 +269,7 @@ func TestHotSet_ScopesKeptApart(t *testing.T) {
 // key stays.
 func TestHotSet_DropByToken(t *testing.T) {
 	h := newDefaultHotSet()
-	h.put("s", "k", &Record{Token: 2, Fingerprint: "fp", Result: &Result{}}, false, time.Time{})
+	h.putRecord("s", "k", &Record{Token: 2, Fingerprint: "fp", Result: &Result{}}, false, time.Time{})
 	h.drop("s", "k", 1)
 	if h.get("s", "k") == nil {
 		t.Fatal("dropped an entry of another token")
@@ -360,7 +360,7 @@ func TestHotSet_CountsOfKeptEntriesWait(t *testing.T) {
 	}
 	h := newHotSet(int64(entries) * 1024)
 	for i := range entries {
-		if _, dropped := h.put("", "k"+strconv.Itoa(i), rec("k"+strconv.Itoa(i)), false, time.Time{}); dropped {
+		if _, dropped := h.putRecord("", "k"+strconv.Itoa(i), rec("k"+strconv.Itoa(i)), false, time.Time{}); dropped {
 			t.Fatalf("put %d dropped counts with nothing counted", i)
 		}
 	}
@@ -379,7 +379,7 @@ func TestHotSet_CountsOfKeptEntriesWait(t *testing.T) {
 	first := -1
 	for i := range 4 * entries {
 		k := "new" + strconv.Itoa(i)
-		if _, dropped := h.put("", k, rec(k), false, time.Time{}); dropped && first < 0 {
+		if _, dropped := h.putRecord("", k, rec(k), false, time.Time{}); dropped && first < 0 {
 			first = i
 		}
 		if over := h.bytes.Load() + h.pinned.Load() - h.limit; over > hotShards*1024 {
@@ -411,4 +411,9 @@ func TestHotSet_CountsOfKeptEntriesWait(t *testing.T) {
 	if p := h.pinned.Load(); p != 0 {
 		t.Fatalf("%d bytes still pinned after the flush", p)
 	}
+}
+
+// putRecord puts what the cache takes of rec.
+func (h *hotSet) putRecord(scope, key string, rec *Record, count bool, at time.Time) (kept, dropped bool) {
+	return h.put(scope, key, hotOf(rec), count, at)
 }

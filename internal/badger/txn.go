@@ -94,6 +94,19 @@ func (o *oracle) readTs() uint64 {
 	return readTs
 }
 
+// readTsNoWait is readTs without waiting for the commits in progress
+// (DB.NewTransactionNoWait).
+func (o *oracle) readTsNoWait() uint64 {
+	if o.isManaged {
+		panic("ReadTs should not be retrieved for managed DB")
+	}
+	o.Lock()
+	defer o.Unlock()
+	readTs := o.nextTxnTs - 1
+	o.readMark.Begin(readTs)
+	return readTs
+}
+
 func (o *oracle) nextTs() uint64 {
 	o.Lock()
 	defer o.Unlock()
@@ -343,19 +356,11 @@ func (txn *Txn) checkSize(e *Entry) error {
 	return nil
 }
 
-func exceedsSize(prefix string, max int64, key []byte) error {
-	return fmt.Errorf("%s with size %d exceeded %d limit. %s:\n%s",
-		prefix, len(key), max, prefix, hex.Dump(key[:1<<10]))
-}
-
-func (txn *Txn) modify(e *Entry) error {
+// checkEntry returns why db refuses to write e, or nil.
+func (db *DB) checkEntry(e *Entry) error {
 	const maxKeySize = 65000
 
 	switch {
-	case !txn.update:
-		return ErrReadOnlyTxn
-	case txn.discarded:
-		return ErrDiscardedTxn
 	case len(e.Key) == 0:
 		return ErrEmptyKey
 	case bytes.HasPrefix(e.Key, badgerPrefix):
@@ -365,13 +370,27 @@ func (txn *Txn) modify(e *Entry) error {
 		// keep things safe and allow badger move prefix and a timestamp suffix, let's
 		// cut it down to 65000, instead of using 65536.
 		return exceedsSize("Key", maxKeySize, e.Key)
-	case int64(len(e.Value)) > txn.db.opt.ValueLogFileSize:
-		return exceedsSize("Value", txn.db.opt.ValueLogFileSize, e.Value)
-	case txn.db.opt.InMemory && int64(len(e.Value)) > txn.db.valueThreshold():
-		return exceedsSize("Value", txn.db.valueThreshold(), e.Value)
+	case int64(len(e.Value)) > db.opt.ValueLogFileSize:
+		return exceedsSize("Value", db.opt.ValueLogFileSize, e.Value)
+	case db.opt.InMemory && int64(len(e.Value)) > db.valueThreshold():
+		return exceedsSize("Value", db.valueThreshold(), e.Value)
 	}
+	return db.isBanned(e.Key)
+}
 
-	if err := txn.db.isBanned(e.Key); err != nil {
+func exceedsSize(prefix string, max int64, key []byte) error {
+	return fmt.Errorf("%s with size %d exceeded %d limit. %s:\n%s",
+		prefix, len(key), max, prefix, hex.Dump(key[:1<<10]))
+}
+
+func (txn *Txn) modify(e *Entry) error {
+	switch {
+	case !txn.update:
+		return ErrReadOnlyTxn
+	case txn.discarded:
+		return ErrDiscardedTxn
+	}
+	if err := txn.db.checkEntry(e); err != nil {
 		return err
 	}
 
@@ -442,13 +461,13 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 		return nil, err
 	}
 
-	item = new(Item)
 	if txn.update {
 		if e, has := txn.pendingWrites[string(key)]; has && bytes.Equal(key, e.Key) {
 			if isDeletedOrExpired(e.meta, e.ExpiresAt) {
 				return nil, ErrKeyNotFound
 			}
 			// Fulfill from cache.
+			item = new(Item)
 			item.meta = e.meta
 			item.val = e.Value
 			item.userMeta = e.UserMeta
@@ -476,6 +495,8 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 		return nil, ErrKeyNotFound
 	}
 
+	// Allocated only for a key found: a miss returns no item.
+	item = new(Item)
 	item.key = key
 	item.version = vs.Version
 	item.meta = vs.Meta
@@ -771,6 +792,28 @@ func (txn *Txn) ReadTs() uint64 {
 //	// Call various APIs.
 func (db *DB) NewTransaction(update bool) *Txn {
 	return db.newTransaction(update, false)
+}
+
+// NewTransactionNoWait is NewTransaction without waiting for the commits in
+// progress. The transaction reads at the latest commit timestamp handed
+// out, as one from NewTransaction does, but NewTransaction first waits until
+// every commit up to that timestamp has written its entries; this one does
+// not, so its reads may miss, or see only some of, the writes of a commit
+// that has not returned yet. Every commit that returned before it began is
+// seen whole.
+//
+// It is for an application that answers reads of the keys its commits in
+// flight write from its own memory (one that commits from a single
+// goroutine and indexes its pending writes, say), and would otherwise wait
+// for the commit before on every new transaction. It panics in managed
+// mode, where NewTransactionAt takes the read timestamp.
+func (db *DB) NewTransactionNoWait(update bool) *Txn {
+	if db.opt.managedTxns {
+		panic("Incompatible: NewTransactionNoWait with managedDB=true")
+	}
+	txn := db.newTransaction(update, true)
+	txn.readTs = db.orc.readTsNoWait()
+	return txn
 }
 
 func (db *DB) newTransaction(update, isManaged bool) *Txn {

@@ -506,21 +506,30 @@ type pendingWrite struct {
 //
 // A deleted or expired write reads as absent. val is valid only during fn.
 func (e *Engine) Read(t *Txn, key []byte, fn func(val []byte, expiresAt uint64) error) (bool, error) {
-	if t == nil || !t.u.wrote(key) {
-		if known, found, err := e.readAbove(key, t != nil, fn); known {
-			return found, err
+	if t != nil {
+		if w, ok := t.u.wrote(key); ok {
+			if w.Delete || (w.ExpiresAt != 0 && w.ExpiresAt <= uint64(time.Now().Unix())) {
+				return false, nil
+			}
+			return true, fn(w.Value, w.ExpiresAt)
 		}
+	}
+	if known, found, err := e.readAbove(key, t != nil, fn); known {
+		return found, err
 	}
 	if t != nil {
 		return get(t.u.txn, key, fn)
 	}
-	var found bool
-	err := e.db.View(func(txn *badger.Txn) error {
-		var err error
-		found, err = get(txn, key, fn)
-		return err
-	})
-	return found, err
+	// A reader's transaction does not wait for the applier's commit in
+	// progress either: a durable unit not yet retired is in the pending
+	// index, which answered above for every key it wrote (and under Fast
+	// the commit has not been answered, so it may or may not be seen).
+	if e.db.IsClosed() {
+		return false, badger.ErrDBClosed
+	}
+	txn := e.db.NewTransactionNoWait(false)
+	defer txn.Discard()
+	return get(txn, key, fn)
 }
 
 // Stamp is what a read outside the committer that found no value tells an
@@ -556,7 +565,7 @@ func (e *Engine) ReadStamped(key []byte, fn func(val []byte, expiresAt uint64) e
 // of them wrote key, the key's last write among all the units Badger holds
 // for the op is one the stamped read saw too: none, or a deletion.
 func (t *Txn) ReadAfter(key []byte, s Stamp, fn func(val []byte, expiresAt uint64) error) (bool, error) {
-	if !s.miss || t.u.base > s.retired || t.u.wrote(key) {
+	if _, wrote := t.u.wrote(key); !s.miss || t.u.base > s.retired || wrote {
 		return t.Read(key, fn)
 	}
 	_, found, err := t.e.readAbove(key, true, fn)
@@ -631,14 +640,22 @@ type Txn struct {
 	// completion writes three entries and one hook), so that buffering
 	// them allocates nothing more.
 	entBuf   [4]wal.Entry
+	keyBuf   [4]string
 	afterBuf [2]func()
 }
 
 // newTxn returns the Txn of an op of u.
 func newTxn(e *Engine, u *unit) *Txn {
-	t := &Txn{e: e, u: u}
+	t := txns.Get().(*Txn)
+	t.e, t.u = e, u
 	t.ents, t.after = t.entBuf[:0], t.afterBuf[:0]
 	return t
+}
+
+// recycle puts t back for reuse, once nothing refers to it (unit.recycle).
+func (t *Txn) recycle() {
+	*t = Txn{} // the rooms too: they may hold what a longer op moved out
+	txns.Put(t)
 }
 
 // Read reads key as the op sees it (Engine.Read).

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/idemkit/idem/internal/badger"
+	"github.com/idemkit/idem/internal/wal"
 )
 
 // maxGroup bounds the ops applied in one transaction.
@@ -21,24 +22,73 @@ const loneStreak = 4
 // Badger commit: past it, the syncer waits for the applier.
 const applyDepth = 8
 
-// unit is one group: the ops run in one transaction, committed together.
+// unit is one group: the ops run on one snapshot, and their writes are
+// committed together.
 type unit struct {
-	seq     uint64
-	state   int         // how the syncer left it, for the applier
-	txn     *badger.Txn // nil until the first op runs
+	seq   uint64
+	state int // how the syncer left it, for the applier
+	// txn is the snapshot the ops read, nil until the first op runs; ws
+	// holds their writes, committed as one Badger transaction.
+	txn     *badger.Txn
+	ws      *badger.WriteSet
 	ops     []op
 	results []error
-	bufs    []*Txn              // the writes of each op that wrote, else nil
-	written map[string]struct{} // keys written by the ops in txn
+	bufs    []*Txn                // the writes of each op that wrote, else nil
+	written map[string]*wal.Entry // the last write of each key the ops wrote
 	// base is the retired unit as txn began: every unit after it that
 	// wrote a key is found in the pending index (Txn.ReadAfter).
 	base uint64
 }
 
-// wrote reports whether an op of u wrote key.
-func (u *unit) wrote(key []byte) bool {
-	_, ok := u.written[string(key)]
-	return ok
+// wrote returns the last write of key by an op of u, if any.
+func (u *unit) wrote(key []byte) (*wal.Entry, bool) {
+	w, ok := u.written[string(key)]
+	return w, ok
+}
+
+// discard gives up u's snapshot and writes.
+func (u *unit) discard() {
+	if u.txn != nil {
+		u.txn.Discard()
+	}
+	if u.ws != nil {
+		u.ws.Reset()
+		writeSets.Put(u.ws)
+		u.ws = nil
+	}
+}
+
+// writeSets holds the write sets of units that Badger committed or
+// dropped, for the next units: a write set keeps its memory.
+var writeSets sync.Pool
+
+// units holds units the applier is done with, and txns their ops'
+// Txns, for the next ones: a unit keeps its slices and its map of
+// written keys, a Txn its room for a usual op's writes.
+var (
+	units = sync.Pool{New: func() any { return &unit{} }}
+	txns  = sync.Pool{New: func() any { return &Txn{} }}
+)
+
+// newUnit returns an empty unit.
+func newUnit() *unit { return units.Get().(*unit) }
+
+// recycle puts u, which the applier is done with, and its ops' Txns back
+// for reuse. Nothing refers to them any more: the ops were answered, their
+// hooks ran, Badger holds or dropped their writes, and the pending index
+// keeps only their keys' strings and their values, which are the ops' own.
+func (u *unit) recycle() {
+	for _, t := range u.bufs {
+		if t != nil {
+			t.recycle()
+		}
+	}
+	clear(u.ops)
+	clear(u.results)
+	clear(u.bufs)
+	clear(u.written)
+	*u = unit{ops: u.ops[:0], results: u.results[:0], bufs: u.bufs[:0], written: u.written}
+	units.Put(u)
 }
 
 type op struct {
@@ -102,12 +152,12 @@ var doneChans = sync.Pool{New: func() any { return make(chan error, 1) }}
 // and discards the unit's transaction unless the applier has it; then it
 // goes on up.
 func (e *Engine) alone(fn func(t *Txn) error) error {
-	u, handed := &unit{}, false
+	u, handed := newUnit(), false
 	defer func() {
 		if r := recover(); r != nil {
 			e.breakWith(fmt.Errorf("an op panicked: %v", r))
-			if !handed && u.txn != nil {
-				u.txn.Discard()
+			if !handed {
+				u.discard()
 			}
 			e.role <- struct{}{}
 			panic(r)
@@ -187,7 +237,7 @@ func (e *Engine) committer() {
 	p := e.startPipe()
 	e.pipe = p
 	defer p.stop()
-	cur := &unit{}
+	cur := newUnit()
 	handOver := func() {
 		// Run what queued up while the syncer worked: the unit grows with
 		// the load, and so do the ops per sync.
@@ -201,7 +251,7 @@ func (e *Engine) committer() {
 			}
 		}
 		p.send(e.seal(cur))
-		cur = &unit{}
+		cur = newUnit()
 	}
 	for {
 		switch {
@@ -253,14 +303,31 @@ func (e *Engine) committer() {
 	}
 }
 
-// begin gives u a fresh transaction, after retiring what Badger holds.
+// begin gives u a fresh snapshot and write set, after retiring what
+// Badger holds.
+//
+// The snapshot does not wait for the applier's commit in progress
+// (badger.DB.NewTransactionNoWait): a unit the committer has not retired
+// is in the pending index, which an op reads before Badger, so whatever of
+// it the snapshot misses or sees is never read there.
 func (e *Engine) begin(u *unit) {
 	e.retire()
 	// Loaded after retire: no write of a unit after base has left the
 	// pending index.
 	u.base = e.retired.Load()
-	u.txn = e.db.NewTransaction(true)
-	u.written = map[string]struct{}{}
+	u.txn = e.db.NewTransactionNoWait(false)
+	u.ws = e.writeSet()
+	if u.written == nil {
+		u.written = map[string]*wal.Entry{}
+	}
+}
+
+// writeSet returns an empty write set of e's Badger.
+func (e *Engine) writeSet() *badger.WriteSet {
+	if ws, ok := writeSets.Get().(*badger.WriteSet); ok && ws.DB() == e.db {
+		return ws
+	}
+	return e.db.NewWriteSet()
 }
 
 // run runs one op in u and returns the unit that the next op joins: u, or
@@ -280,15 +347,15 @@ func (e *Engine) run(u *unit, o op, p *pipe) *unit {
 		err, t.ents = nil, nil
 	}
 	if err != nil || len(t.ents) == 0 {
+		t.recycle() // its writes and hooks are dropped
 		u.add(o, err, nil)
 		return u
 	}
-	err = apply(u.txn, t)
+	err = apply(u.ws, t)
 	if err == nil {
 		u.add(o, nil, t)
 		return u
 	}
-	e.rebuild(u)
 	if !errors.Is(err, badger.ErrTxnTooBig) || len(u.ops) == 0 {
 		u.add(o, fmt.Errorf("commit: %w", err), nil)
 		return u
@@ -296,41 +363,14 @@ func (e *Engine) run(u *unit, o op, p *pipe) *unit {
 	// Too big beside the others: hand them over, then give this op a
 	// transaction of its own.
 	p.send(e.seal(u))
-	n := &unit{}
+	n := newUnit()
 	e.begin(n)
-	if err := apply(n.txn, t); err != nil {
-		n.txn.Discard()
-		n.txn = e.db.NewTransaction(true)
+	if err := apply(n.ws, t); err != nil {
 		n.add(o, fmt.Errorf("commit: %w", err), nil)
 		return n
 	}
 	n.add(o, nil, t)
 	return n
-}
-
-// rebuild replaces u's transaction, into which an op's writes went in
-// part, by one holding the writes of the ops kept. Nothing of u was
-// committed, so what they read holds.
-func (e *Engine) rebuild(u *unit) {
-	u.txn.Discard()
-	u.txn = e.db.NewTransaction(true)
-	for _, t := range u.bufs {
-		if t == nil {
-			continue
-		}
-		if err := apply(u.txn, t); err != nil {
-			// What fit before must fit again; if not, give up the unit's
-			// writes.
-			u.txn.Discard()
-			u.txn = e.db.NewTransaction(true)
-			for k, t := range u.bufs {
-				if t != nil {
-					u.results[k], u.bufs[k] = fmt.Errorf("commit: %w", err), nil
-				}
-			}
-			return
-		}
-	}
 }
 
 func (u *unit) add(o op, err error, t *Txn) {
@@ -350,10 +390,14 @@ func (u *unit) add(o op, err error, t *Txn) {
 			b.Write(e.Key)
 		}
 		all := b.String()
-		t.keys = make([]string, len(t.ents))
+		t.keys = t.keyBuf[:0]
+		if len(t.ents) > len(t.keyBuf) {
+			t.keys = make([]string, 0, len(t.ents))
+		}
+		t.keys = t.keys[:len(t.ents)]
 		for i, e := range t.ents {
 			t.keys[i], all = all[:len(e.Key)], all[len(e.Key):]
-			u.written[t.keys[i]] = struct{}{}
+			u.written[t.keys[i]] = &t.ents[i]
 		}
 	}
 }
@@ -439,20 +483,19 @@ func (e *Engine) retire() {
 	}
 }
 
-// apply writes an op's buffered writes into txn, in order, as fresh
-// entries (an entry given to a discarded transaction is not reused).
-func apply(txn *badger.Txn, t *Txn) error {
-	// The op's entries in one allocation; Badger keeps a pointer to each.
-	ents := make([]badger.Entry, len(t.ents))
-	for i, e := range t.ents {
+// apply adds an op's buffered writes to ws, in order; if one is refused
+// it takes out those it added, and returns the error.
+func apply(ws *badger.WriteSet, t *Txn) error {
+	n := ws.Len()
+	for _, e := range t.ents {
 		var err error
 		if e.Delete {
-			err = txn.Delete(e.Key)
+			err = ws.Delete(e.Key)
 		} else {
-			ents[i] = badger.Entry{Key: e.Key, Value: e.Value, ExpiresAt: e.ExpiresAt}
-			err = txn.SetEntry(&ents[i])
+			err = ws.Set(e.Key, e.Value, e.ExpiresAt)
 		}
 		if err != nil {
+			ws.Truncate(n)
 			return err
 		}
 	}

@@ -40,7 +40,8 @@ func TestReadAfter_OneClaimPerKey(t *testing.T) {
 						claimed, skip := false, false
 						err = e.Update(func(tx *Txn) error {
 							claimed = false
-							skip = s.miss && tx.u.base <= s.retired && !tx.u.wrote(key)
+							_, wrote := tx.u.wrote(key)
+							skip = s.miss && tx.u.base <= s.retired && !wrote
 							ok, err := tx.ReadAfter(key, s, func([]byte, uint64) error { return nil })
 							if err != nil || ok {
 								if err == nil {

@@ -52,7 +52,7 @@ func (e *Engine) finish(u *unit, applied chan<- *unit) {
 	case !wrote:
 		u.state = unitEmpty
 	case e.log == nil:
-		if err := u.txn.Commit(); err != nil {
+		if err := u.ws.Commit(); err != nil {
 			e.fail(u, e.breakWith(fmt.Errorf("commit: %w", err)), applied)
 			return
 		}
@@ -83,8 +83,10 @@ func (e *Engine) finish(u *unit, applied chan<- *unit) {
 	// A lone caller is woken after the applier, a group's callers before
 	// it (docs/engine.md, "Wake-up order").
 	if len(u.ops) == 1 {
+		// The applier may recycle u once it has it.
+		o, r := u.ops[0], u.results[0]
 		applied <- u
-		e.wake(u)
+		o.done <- r
 		return
 	}
 	e.wake(u)
@@ -128,19 +130,18 @@ func (e *Engine) applier(units <-chan *unit, done chan<- struct{}) {
 			if e.opts.BeforeApply != nil {
 				e.opts.BeforeApply(u.seq)
 			}
-			if err := u.txn.Commit(); err != nil {
+			if err := u.ws.Commit(); err != nil {
 				e.breakWith(fmt.Errorf("commit: %w", err))
 				stuck = true
 			}
 		case u.state == unitLogged:
-			u.txn.Discard()
 			stuck = true
-		case u.state != unitCommitted && u.txn != nil:
-			u.txn.Discard()
 		}
+		u.discard()
 		if !stuck {
 			e.retired.Store(u.seq)
 		}
+		u.recycle()
 		e.settleMu.Lock()
 		e.settleCond.Broadcast()
 		e.settleMu.Unlock()
