@@ -94,19 +94,6 @@ func (o *oracle) readTs() uint64 {
 	return readTs
 }
 
-// readTsNoWait is readTs without waiting for the commits in progress
-// (DB.NewTransactionNoWait).
-func (o *oracle) readTsNoWait() uint64 {
-	if o.isManaged {
-		panic("ReadTs should not be retrieved for managed DB")
-	}
-	o.Lock()
-	defer o.Unlock()
-	readTs := o.nextTxnTs - 1
-	o.readMark.Begin(readTs)
-	return readTs
-}
-
 func (o *oracle) nextTs() uint64 {
 	o.Lock()
 	defer o.Unlock()
@@ -794,25 +781,27 @@ func (db *DB) NewTransaction(update bool) *Txn {
 	return db.newTransaction(update, false)
 }
 
-// NewTransactionNoWait is NewTransaction without waiting for the commits in
-// progress. The transaction reads at the latest commit timestamp handed
-// out, as one from NewTransaction does, but NewTransaction first waits until
-// every commit up to that timestamp has written its entries; this one does
-// not, so its reads may miss, or see only some of, the writes of a commit
-// that has not returned yet. Every commit that returned before it began is
-// seen whole.
+// NewTransactionLatest returns a read-only transaction without a snapshot:
+// each read sees the newest version of its key that a commit has written
+// to the memtable by the time of the read. It takes no read timestamp, so
+// it neither waits for the commits in progress, as NewTransaction does
+// before it returns, nor holds back the discard timestamp while it is
+// open (compactions never drop a key's newest version).
 //
-// It is for an application that answers reads of the keys its commits in
-// flight write from its own memory (one that commits from a single
-// goroutine and indexes its pending writes, say), and would otherwise wait
-// for the commit before on every new transaction. It panics in managed
-// mode, where NewTransactionAt takes the read timestamp.
-func (db *DB) NewTransactionNoWait(update bool) *Txn {
+// Its reads may see some of the writes of a commit that has not returned
+// yet and miss others, and two reads of one key may see two versions. It
+// is for an application that needs no snapshot: one that reads single
+// keys, or holds the writes of its commits in flight in memory and reads
+// them there first (one that commits from a single goroutine and indexes
+// its pending writes, say). Discard it as any other. It panics in managed
+// mode, where NewTransactionAt(math.MaxUint64, false) reads the same way.
+func (db *DB) NewTransactionLatest() *Txn {
 	if db.opt.managedTxns {
-		panic("Incompatible: NewTransactionNoWait with managedDB=true")
+		panic("Incompatible: NewTransactionLatest with managedDB=true")
 	}
-	txn := db.newTransaction(update, true)
-	txn.readTs = db.orc.readTsNoWait()
+	txn := db.newTransaction(false, true)
+	txn.readTs = math.MaxUint64
+	txn.doneRead = true // no read timestamp was taken: none to give back
 	return txn
 }
 

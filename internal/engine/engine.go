@@ -520,14 +520,18 @@ func (e *Engine) Read(t *Txn, key []byte, fn func(val []byte, expiresAt uint64) 
 	if t != nil {
 		return get(t.u.txn, key, fn)
 	}
-	// A reader's transaction does not wait for the applier's commit in
-	// progress either: a durable unit not yet retired is in the pending
-	// index, which answered above for every key it wrote (and under Fast
-	// the commit has not been answered, so it may or may not be seen).
+	// A reader reads the key's newest version in Badger too
+	// (badger.DB.NewTransactionLatest: no wait for the applier's commit in
+	// progress, no read timestamp): a durable unit not yet retired is in
+	// the pending index, which answered above for every key it wrote, and
+	// any unit committed since is durable (under Fast its commit has not
+	// been answered yet, so it may or may not be seen). One key, so no
+	// snapshot is needed; and every unit retired before the read began is
+	// in what it reads (ReadStamped).
 	if e.db.IsClosed() {
 		return false, badger.ErrDBClosed
 	}
-	txn := e.db.NewTransactionNoWait(false)
+	txn := e.db.NewTransactionLatest()
 	defer txn.Discard()
 	return get(txn, key, fn)
 }

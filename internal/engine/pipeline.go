@@ -303,19 +303,22 @@ func (e *Engine) committer() {
 	}
 }
 
-// begin gives u a fresh snapshot and write set, after retiring what
-// Badger holds.
+// begin gives u a fresh read transaction and write set, after retiring
+// what Badger holds.
 //
-// The snapshot does not wait for the applier's commit in progress
-// (badger.DB.NewTransactionNoWait): a unit the committer has not retired
-// is in the pending index, which an op reads before Badger, so whatever of
-// it the snapshot misses or sees is never read there.
+// The transaction has no snapshot: it reads each key's newest version in
+// Badger (badger.DB.NewTransactionLatest), so it neither waits for the
+// applier's commit in progress nor takes a read timestamp. The ops read
+// the same as from a snapshot taken now: a key they read from Badger was
+// written by no unit in the pending index, and every unit that leaves the
+// index until the next begin stays in it for the committer (retire runs
+// only here), so the key's newest version in Badger is the one it has now.
 func (e *Engine) begin(u *unit) {
 	e.retire()
 	// Loaded after retire: no write of a unit after base has left the
 	// pending index.
 	u.base = e.retired.Load()
-	u.txn = e.db.NewTransactionNoWait(false)
+	u.txn = e.db.NewTransactionLatest()
 	u.ws = e.writeSet()
 	if u.written == nil {
 		u.written = map[string]*wal.Entry{}
