@@ -219,7 +219,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		return nil, false, err
 	}
 	k := b.keysOf(scope, key)
-	nonce := b.nonce()
+	var nonce string // the call's, made before its first write
 	cur := stored{ver: "0"}
 	if b.refused() != nil || b.found.Load() > 0 {
 		// New claims are refused (a replay or a claim in progress is
@@ -247,6 +247,9 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 			keep, counted = "0", backend.Tally{}
 		}
 		bs := encodeBytes(n, counted)
+		if nonce == "" {
+			nonce = b.nonce()
+		}
 		res, err := b.run(ctx, claimScript, []string{k.rec, k.stale, k.exp, k.ver, k.tok},
 			[]any{cur.ver, bs, staleScore(n), k.member, nonce, keep, k.shard})
 		if err != nil {
