@@ -259,14 +259,7 @@ func BenchmarkClaimPath(b *testing.B) {
 						if kind == "replay" {
 							key := prefix + strconv.FormatInt(i%doneKeys, 10)
 							if mode == "bare-pgx" {
-								// Bounded as the backend bounds its statements
-								// (Options.StatementTimeout): pgx watches a
-								// context that can end, at a cost per query.
-								qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
-								defer cancel()
-								var state int16
-								var fp, res []byte
-								return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
+								return bareReplay(p, bare, key)
 							}
 							rec, claimed, err := be.Claim(ctx, "bench", key, args(time.Now()))
 							if err == nil && (claimed || rec.State != idem.StateDone) {
@@ -406,11 +399,7 @@ func BenchmarkReplayUncached(b *testing.B) {
 					i := n.Add(1) - 1
 					key := prefix + strconv.FormatInt(i%doneKeys, 10)
 					if mode == "bare-pgx" {
-						qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
-						defer cancel()
-						var state int16
-						var fp, res []byte
-						return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
+						return bareReplay(p, bare, key)
 					}
 					if mode == "backend" {
 						now := time.Now()
@@ -430,4 +419,16 @@ func BenchmarkReplayUncached(b *testing.B) {
 			})
 		}
 	}
+}
+
+// bareReplay is the replay a hand-written pgx store sends: the SELECT
+// bare of the key's state, fingerprint and result, bounded as the backend
+// bounds its statements (Options.StatementTimeout): pgx watches a context
+// that can end, at a cost per query.
+func bareReplay(p *pgxpool.Pool, bare, key string) error {
+	qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
+	defer cancel()
+	var state int16
+	var fp, res []byte
+	return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
 }
