@@ -192,6 +192,25 @@ func TestMerge(t *testing.T) {
 	if kindOf(run, "badger-get") != "limit" || run.find("replay-disk-1", "ghost") != nil {
 		t.Errorf("contenders after the merge: %+v", run.Contenders)
 	}
+
+	// A contender the run lists but measured in fewer workloads (an
+	// earlier merge brought it in from a run of one workload) gets the
+	// figures it lacks, its uncached figure among them.
+	onlyOne := &Measurement{Workload: "replay-disk-32", Contender: "badger-get", Reps: []float64{16}, Median: 16}
+	uncached := &Measurement{Workload: "replay-disk-1", Contender: "badger-get" + uncachedSuffix, Reps: []float64{3}, Median: 3}
+	run.Measurements = slices.DeleteFunc(run.Measurements, func(m *Measurement) bool {
+		return m.Workload == "replay-disk-32" && m.Contender == "badger-get"
+	})
+	later = &Results{Measurements: []*Measurement{onlyOne, uncached}}
+	if err := run.merge(later, ""); err != nil {
+		t.Fatal(err)
+	}
+	if m := run.find("replay-disk-32", "badger-get"); m == nil || m.Median != 16 {
+		t.Errorf("a listed contender's missing figure: %+v", m)
+	}
+	if m := run.find("replay-disk-1", "badger-get"+uncachedSuffix); m == nil || m.Median != 3 {
+		t.Errorf("a listed contender's uncached figure: %+v", m)
+	}
 }
 
 // TestUniform checks the replay-from-disk workload's key draws: always in

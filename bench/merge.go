@@ -26,13 +26,15 @@ type Remeasured struct {
 // same contender in the same workload (a figure, not a status), and
 // records what it replaced. A workload the run did not have (added to the
 // suite since) is taken whole from later, with the plan's figure that
-// sizes it; so are the figures of a contender it did not have (added to
-// the suite since). It returns an error when later replaces nothing.
+// sizes it. A figure the run lacks is taken too, when either run lists
+// its contender (or the contender whose uncached figure it is): a
+// contender added to the suite since the run, with its line in the list
+// of contenders, or one an earlier merge brought in a few workloads only.
+// It returns an error when later replaces nothing.
 func (r *Results) merge(later *Results, note string) error {
 	rm := Remeasured{Started: later.Started, Finished: later.Finished, LoadStart: later.Machine.LoadStart,
 		LoadEnd: later.Machine.LoadEnd, Note: note}
 	added := map[string]bool{}
-	newContenders := map[string]bool{} // added to the suite since the run, in any workload
 	for _, w := range later.Workloads {
 		if !slices.ContainsFunc(r.Workloads, func(o Workload) bool { return o.ID == w.ID }) {
 			r.Workloads = append(r.Workloads, w)
@@ -62,10 +64,8 @@ func (r *Results) merge(later *Results, note string) error {
 		switch {
 		case i >= 0:
 			r.Measurements[i] = m
-		case newContenders[m.Contender] || r.addContender(later, m.Contender):
-			// A contender added to the suite since the run: its figures
-			// in every workload later measured it in.
-			newContenders[m.Contender] = true
+		case r.known(later, m.Contender):
+			r.addContender(later, m.Contender)
 			r.Measurements = append(r.Measurements, m)
 		default:
 			continue
@@ -83,6 +83,15 @@ func (r *Results) merge(later *Results, note string) error {
 	r.Remeasured = append(r.Remeasured, rm)
 	r.rejudge()
 	return nil
+}
+
+// known reports whether r or later lists the contender of a figure named
+// name: the contender itself, or the one whose uncached figure it is.
+func (r *Results) known(later *Results, name string) bool {
+	listed := func(c ContenderInfo) bool {
+		return c.Name == name || c.Name+uncachedSuffix == name
+	}
+	return slices.ContainsFunc(r.Contenders, listed) || slices.ContainsFunc(later.Contenders, listed)
 }
 
 // addContender lists among r's contenders the contender name of later,

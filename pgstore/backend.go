@@ -346,8 +346,16 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 	if err := validate(scope, key); err != nil {
 		return nil, false, err
 	}
-	args := []any{scope, key, int16(backend.Format), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
-		int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
+	// The statements' arguments, made once a statement needs them: a
+	// replay on the read-first path needs none.
+	var args []any
+	claimArgs := func() []any {
+		if args == nil {
+			args = []any{scope, key, int16(backend.Format), []byte(a.Fingerprint), encodeTime(a.LeaseEnds),
+				int64(a.Retention), encodeTime(a.Now), text(a.Owner)}
+		}
+		return args
+	}
 	insert, takeOver, note := b.q.insert, b.q.takeOver, ""
 	if txMarked(ctx, scope, key) {
 		insert, takeOver, note = b.q.insertTx, b.q.takeOverTx, txNote
@@ -367,7 +375,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 			}
 		case insertFirst:
 			var token int64
-			if err = b.pool.QueryRow(ctx, insert, args...).Scan(&token); err == nil {
+			if err = b.pool.QueryRow(ctx, insert, claimArgs()...).Scan(&token); err == nil {
 				rec, claimed = fresh(token), true
 				return nil
 			}
@@ -379,7 +387,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, a backend.ClaimA
 		}
 		for round := 0; ; round++ {
 			var settled bool
-			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, args, a.Now, fresh)
+			rec, claimed, settled, err = b.claimOnce(ctx, insert, takeOver, claimArgs(), a.Now, fresh)
 			if err != nil || settled {
 				return err
 			}

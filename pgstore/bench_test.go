@@ -259,14 +259,7 @@ func BenchmarkClaimPath(b *testing.B) {
 						if kind == "replay" {
 							key := prefix + strconv.FormatInt(i%doneKeys, 10)
 							if mode == "bare-pgx" {
-								// Bounded as the backend bounds its statements
-								// (Options.StatementTimeout): pgx watches a
-								// context that can end, at a cost per query.
-								qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
-								defer cancel()
-								var state int16
-								var fp, res []byte
-								return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
+								return bareReplay(p, bare, key)
 							}
 							rec, claimed, err := be.Claim(ctx, "bench", key, args(time.Now()))
 							if err == nil && (claimed || rec.State != idem.StateDone) {
@@ -352,4 +345,90 @@ VALUES ($1, 1, $2, $3, 0) ON CONFLICT (key) DO NOTHING RETURNING state`,
 			})
 		})
 	}
+}
+
+// BenchmarkReplayUncached measures a replay no Store has seen, through
+// Store.Begin (store: every pass over the done keys on a Store of its own,
+// as bench/'s idem-pg-uncached), through the Backend's Claim alone
+// (backend), and as the SELECT a hand-written pgx store sends (bare-pgx).
+// Each reports the client's and the server's CPU per replay, which the
+// machine's load hardly moves. A new Backend starts on the
+// insert-first path and reads first after its first answers; at 32
+// goroutines its first statements are also the pool's connections' first
+// INSERT and batch, prepared then, which the server's CPU per replay
+// shows.
+func BenchmarkReplayUncached(b *testing.B) {
+	const doneKeys = 5000
+	for _, mode := range []string{"store", "backend", "bare-pgx"} {
+		for _, g := range benchGoroutines {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", mode, g), func(b *testing.B) {
+				p, sent := newCountedPool(b, int32(max(g, 4)))
+				be := newBackend(b, p, nil)
+				s := idem.New(be, &idem.Options{SweepInterval: -1})
+				defer s.Close()
+				prefix := keyPrefix()
+				for i := range doneKeys {
+					c, _, err := s.Begin(ctx, idem.Request{Scope: "bench", Key: prefix + strconv.Itoa(i), Fingerprint: "sha256:0123456789abcdef"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Complete(ctx, benchResult); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// One Store per pass over the keys, opened before the timer.
+				passes := make([]*idem.Store, b.N/doneKeys+2)
+				for i := range passes {
+					pb, err := pgstore.New(ctx, p, &pgstore.Options{Schema: server.schema, Table: tableName(be)})
+					if err != nil {
+						b.Fatal(err)
+					}
+					passes[i] = idem.New(pb, &idem.Options{SweepInterval: -1})
+					defer passes[i].Close()
+				}
+				bare := `SELECT state, fingerprint, result FROM ` + be.Table() + ` WHERE scope = $1 AND key = $2`
+				// Autovacuum's first pass over the new rows would otherwise
+				// fall in the timed loop of whichever mode runs first.
+				if _, err := p.Exec(ctx, "VACUUM ANALYZE "+be.Table()); err != nil {
+					b.Fatal(err)
+				}
+				warm(b, p, g)
+				var n atomic.Int64
+				defer costs(b, p, sent)()
+				runGoroutines(b, g, func() error {
+					i := n.Add(1) - 1
+					key := prefix + strconv.FormatInt(i%doneKeys, 10)
+					if mode == "bare-pgx" {
+						return bareReplay(p, bare, key)
+					}
+					if mode == "backend" {
+						now := time.Now()
+						rec, claimed, err := passes[i/doneKeys].Backend().Claim(ctx, "bench", key, backend.ClaimArgs{Fingerprint: "sha256:0123456789abcdef",
+							Now: now, LeaseEnds: now.Add(idem.DefaultLease), Retention: idem.DefaultRetention, Brief: true})
+						if err == nil && (claimed || rec.State != idem.StateDone) {
+							err = fmt.Errorf("replay of %s: claimed %v", key, claimed)
+						}
+						return err
+					}
+					_, res, err := passes[i/doneKeys].Begin(ctx, idem.Request{Scope: "bench", Key: key, Fingerprint: "sha256:0123456789abcdef"})
+					if err == nil && res == nil {
+						err = fmt.Errorf("replay of %s: claimed", key)
+					}
+					return err
+				})
+			})
+		}
+	}
+}
+
+// bareReplay is the replay a hand-written pgx store sends: the SELECT
+// bare of the key's state, fingerprint and result, bounded as the backend
+// bounds its statements (Options.StatementTimeout): pgx watches a context
+// that can end, at a cost per query.
+func bareReplay(p *pgxpool.Pool, bare, key string) error {
+	qctx, cancel := context.WithTimeout(ctx, pgstore.DefaultStatementTimeout)
+	defer cancel()
+	var state int16
+	var fp, res []byte
+	return p.QueryRow(qctx, bare, "bench", key).Scan(&state, &fp, &res)
 }

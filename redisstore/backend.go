@@ -219,7 +219,7 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		return nil, false, err
 	}
 	k := b.keysOf(scope, key)
-	nonce := b.nonce()
+	var nonce string // the call's, made before its first write
 	cur := stored{ver: "0"}
 	if b.refused() != nil || b.found.Load() > 0 {
 		// New claims are refused (a replay or a claim in progress is
@@ -246,8 +246,12 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		if cur.rec == nil || cur.rec.State != backend.StateReleased {
 			keep, counted = "0", backend.Tally{}
 		}
+		bs := encodeBytes(n, counted)
+		if nonce == "" {
+			nonce = b.nonce()
+		}
 		res, err := b.run(ctx, claimScript, []string{k.rec, k.stale, k.exp, k.ver, k.tok},
-			[]any{cur.ver, encodeBytes(n, counted), staleScore(n), k.member, nonce, keep, k.shard})
+			[]any{cur.ver, bs, staleScore(n), k.member, nonce, keep, k.shard})
 		if err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
@@ -260,7 +264,8 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 				return nil, false, backend.Unavailable("claim", fmt.Errorf("unexpected token %q", ts))
 			}
 			setToken(n, tok)
-			b.claims.put(n, counted, strconv.FormatInt(nv, 10))
+			// The bytes the script wrote, with token 0, which take puts in.
+			b.claims.putBytes(scope, key, tok, bs, strconv.FormatInt(nv, 10))
 			b.noteFound(-1)
 			return n, true, nil
 		}

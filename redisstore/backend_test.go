@@ -108,19 +108,7 @@ func TestBackend_Claim_TokensNeverRepeatAfterPromotion(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	prefix := fmt.Sprintf("promo%d", os.Getpid())
 	b := newBackend(t, primary, &redisstore.Options{Prefix: prefix})
-	now := time.Now()
-	tokens := map[uint64]bool{}
-	claim := func(b *redisstore.Backend, key string) {
-		t.Helper()
-		rec, claimed, err := b.Claim(ctx, "s", key, claimArgs(now))
-		if err != nil || !claimed {
-			t.Fatalf("claim %s: %v %v", key, claimed, err)
-		}
-		if tokens[rec.Token] {
-			t.Fatalf("token %d drawn twice", rec.Token)
-		}
-		tokens[rec.Token] = true
-	}
+	claim := uniqueClaims(t)
 	for i := range 20 {
 		claim(b, fmt.Sprint("a", i))
 	}
@@ -145,6 +133,61 @@ func TestBackend_Claim_TokensNeverRepeatAfterPromotion(t *testing.T) {
 	nb := newBackend(t, rc, &redisstore.Options{Prefix: prefix})
 	for i := range 20 {
 		claim(nb, fmt.Sprint("b", i)) // the same keys, the same shards, on the promoted replica
+	}
+}
+
+// A server restarted from a snapshot older than its last claims (a
+// store opened Fast on a server without appendfsync always) draws tokens
+// above every token it drew before: its replication id is a new one, and
+// so is its epoch.
+func TestBackend_Claim_TokensNeverRepeatAfterRestart(t *testing.T) {
+	needServer(t)
+	srv, err := redistest.Start(ctx, &redistest.Options{Settings: []string{"appendonly no"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	open := func() *redisstore.Backend {
+		c := srv.Client()
+		t.Cleanup(func() { _ = c.Close() })
+		return newBackend(t, c, &redisstore.Options{Prefix: "restart", Durability: backend.Fast})
+	}
+	b := open()
+	claim := uniqueClaims(t)
+	for i := range 20 {
+		claim(b, fmt.Sprint("a", i))
+	}
+	if err := b.Client().Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		claim(b, fmt.Sprint("b", i)) // after the snapshot: lost in the crash
+	}
+	srv.Kill()
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nb := open()
+	for i := range 20 {
+		claim(nb, fmt.Sprint("b", i)) // the same keys, as the snapshot left their shards
+	}
+}
+
+// uniqueClaims returns a function that claims a key with a Backend and
+// fails t when its token was drawn before, by any Backend it was given.
+func uniqueClaims(t *testing.T) func(b *redisstore.Backend, key string) {
+	now := time.Now()
+	tokens := map[uint64]string{}
+	return func(b *redisstore.Backend, key string) {
+		t.Helper()
+		rec, claimed, err := b.Claim(ctx, "s", key, claimArgs(now))
+		if err != nil || !claimed {
+			t.Fatalf("claim %s: %v %v", key, claimed, err)
+		}
+		if k, ok := tokens[rec.Token]; ok {
+			t.Fatalf("token %d drawn twice: for %s and again for %s", rec.Token, k, key)
+		}
+		tokens[rec.Token] = key
 	}
 }
 

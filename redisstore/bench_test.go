@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +26,7 @@ var benchKeys atomic.Int64
 
 func benchParallel(b *testing.B, goroutines int, op func(ctx context.Context, n int64) error) {
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
+	defer costs(b)()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -123,4 +127,44 @@ func BenchmarkBare_Get(b *testing.B) {
 			})
 		})
 	}
+}
+
+// costs starts measuring the CPU time the server and this process spend;
+// the function it returns reports both per operation. Unlike wall-clock
+// time they hardly depend on what else the machine runs. The server's is
+// INFO's used_cpu_sys and used_cpu_user (every client's: run one
+// benchmark at a time).
+func costs(b *testing.B) func() {
+	c := redis.NewClient(&redis.Options{Addr: needServer(b).Addr})
+	server0, client0 := serverCPU(b, c), clientCPU()
+	return func() {
+		defer c.Close()
+		b.ReportMetric(float64(serverCPU(b, c)-server0)/1e3/float64(b.N), "server-CPU-us/op")
+		b.ReportMetric(float64(clientCPU()-client0)/1e3/float64(b.N), "client-CPU-us/op")
+	}
+}
+
+// serverCPU returns the CPU time, in nanoseconds, the server has used.
+func serverCPU(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
+				s, _ := strconv.ParseFloat(v, 64)
+				total += s
+			}
+		}
+	}
+	return int64(total * 1e9)
+}
+
+// clientCPU returns the CPU time, in nanoseconds, this process has used.
+func clientCPU() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -39,7 +39,12 @@ type cachedClaim struct {
 // put caches rec (in progress) at version ver, as its bytes hold it:
 // without the counts its count fields keep (counted).
 func (c *claimCache) put(rec *backend.Record, counted backend.Tally, ver string) {
-	bs := encodeBytes(rec, counted)
+	c.putBytes(rec.Scope, rec.Key, rec.Token, encodeBytes(rec, counted), ver)
+}
+
+// putBytes caches the claim of (scope, key, token) encoded as bs, which
+// may carry token 0 (as the claim script writes it) or token itself.
+func (c *claimCache) putBytes(scope, key string, token uint64, bs []byte, ver string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -51,7 +56,7 @@ func (c *claimCache) put(rec *backend.Record, counted backend.Tally, ver string)
 			break
 		}
 	}
-	c.m[claimID{rec.Scope, rec.Key, rec.Token}] = cachedClaim{bytes: bs, ver: ver}
+	c.m[claimID{scope, key, token}] = cachedClaim{bytes: bs, ver: ver}
 }
 
 // take removes the claim of (scope, key, token) and returns its record,
@@ -68,6 +73,9 @@ func (c *claimCache) take(scope, key string, token uint64) (*backend.Record, str
 	rec, err := backend.DecodeRecord(e.bytes)
 	if err != nil {
 		return nil, "", false
+	}
+	if rec.Token == 0 {
+		setToken(rec, token)
 	}
 	return rec, e.ver, true
 }

@@ -56,10 +56,10 @@
 // {prefix:n}:tok: an epoch (milliseconds of the server's clock since
 // 2025) and a count within it, joined with the shard. A new epoch, past
 // the last and never behind the server's clock, begins whenever the
-// server drawing is not the one that began the current epoch (its run id
-// and replication id differ: a replica promoted by a failover, a
-// restarted server), and every 255 tokens. So tokens never repeat in a
-// store and grow with time on every key, a failover included, provided
+// server drawing is not the one that began the current epoch (its
+// replication id differs: a replica promoted by a failover and a
+// restarted server each draw a new one), and every 255 tokens. So tokens
+// never repeat in a store and grow with time on every key, a failover included, provided
 // the servers' clocks differ by less than a failover takes (Sentinel's
 // down-after-milliseconds, seconds); a token stays below 2^53.
 //

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -87,7 +86,8 @@ type Backend struct {
 	calls  atomic.Uint64
 	// found is above zero while Claim has lately found records more
 	// often than it claimed (noteFound).
-	found atomic.Int32
+	found      atomic.Int32
+	shardNames [Shards]shardNames // written once by New
 }
 
 var (
@@ -132,6 +132,7 @@ func New(ctx context.Context, c redis.UniversalClient, opts *Options) (*Backend,
 	b := &Backend{c: c, prefix: o.Prefix, replicas: o.Replicas,
 		waitMS: o.ReplicaTimeout.Milliseconds(), margin: o.ExpiryMargin, durable: o.Durability == backend.Durable,
 		nonces: rand.Text()[:16] + ":"}
+	b.nameShards()
 	if err := b.c.Ping(ctx).Err(); err != nil {
 		return nil, backend.Unavailable("open", err)
 	}
@@ -278,18 +279,35 @@ type keys struct {
 }
 
 // keysOf names the keys of (scope, key). A zero byte, which neither a
-// scope nor a key may hold, separates them.
+// scope nor a key may hold, separates them. The shard is the member's
+// 32-bit FNV-1a hash modulo Shards.
 func (b *Backend) keysOf(scope, key string) keys {
 	member := scope + "\x00" + key
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(member))
-	return b.shardKeys(int(h.Sum32()%Shards), member)
+	h := uint32(2166136261) // FNV-1a, as hash/fnv's New32a, without its allocation
+	for i := 0; i < len(member); i++ {
+		h ^= uint32(member[i])
+		h *= 16777619
+	}
+	return b.shardKeys(int(h%Shards), member)
+}
+
+// shardNames are the names of one shard's keys, made once by New: every
+// call names its record's keys from them.
+type shardNames struct {
+	rec, stale, exp, ver, tok string // rec: the records' names before the member
 }
 
 func (b *Backend) shardKeys(shard int, member string) keys {
-	tag := "{" + b.prefix + ":" + strconv.Itoa(shard) + "}"
-	return keys{rec: tag + ":r:" + member, stale: tag + ":stale", exp: tag + ":exp", ver: tag + ":ver",
-		tok: tag + ":tok", member: member, shard: shard}
+	s := &b.shardNames[shard]
+	return keys{rec: s.rec + member, stale: s.stale, exp: s.exp, ver: s.ver, tok: s.tok, member: member, shard: shard}
+}
+
+// nameShards fills b.shardNames.
+func (b *Backend) nameShards() {
+	for n := range Shards {
+		tag := "{" + b.prefix + ":" + strconv.Itoa(n) + "}"
+		b.shardNames[n] = shardNames{rec: tag + ":r:", stale: tag + ":stale", exp: tag + ":exp", ver: tag + ":ver", tok: tag + ":tok"}
+	}
 }
 
 func (b *Backend) check(ctx context.Context) error {

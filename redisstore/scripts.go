@@ -13,12 +13,12 @@ import "github.com/redis/go-redis/v9"
 // and the scripts only check, draw tokens and write.
 //
 // The scripts use what Redis 7 and Valkey both accept: effects
-// replication (the default since Redis 7), INFO with several sections and
-// TIME inside a script, and no function library.
+// replication (the default since Redis 7), INFO and TIME inside a script,
+// and no function library.
 
 // drawToken is the Lua that draws a fencing token from the shard's token
-// hash (KEYS[5]): fields id (the server's run id and replication id when
-// the epoch began), e (the epoch, milliseconds of the server's clock since
+// hash (KEYS[5]): fields id (the server's replication id when the epoch
+// began), e (the epoch, milliseconds of the server's clock since
 // 2025-01-01 UTC) and n (the tokens drawn in it). A token is
 // (e*256+n)*16 + the shard (ARGV[7]), so two shards never draw the same
 // one. A new epoch, at least one past the last and never behind the
@@ -28,19 +28,30 @@ import "github.com/redis/go-redis/v9"
 // primary drew, even one whose increments it never received, as long as
 // the servers' clocks differ by less than a failover takes. A token stays
 // below 2^53 until 2094, exact in Lua's numbers and in JSON.
+//
+// The server is told apart by its replication id (master_replid) alone:
+// a primary draws a new one when it starts (one it loads from its RDB
+// file becomes its secondary id) and when it is promoted, and a replica,
+// which cannot run the script's writes, shares its primary's. INFO's
+// replication section costs the server about 2 µs a claim; the server
+// section, for the run id, cost 8 (docs/scale.md).
 const drawToken = `
 local function draw(tk, shard)
-  local info = redis.call('INFO', 'server', 'replication')
-  local id = (string.match(info, 'run_id:(%x+)') or '') .. ':' .. (string.match(info, 'master_replid:(%x+)') or '')
+  local info = redis.call('INFO', 'replication')
+  local at = string.find(info, 'master_replid:', 1, true)
+  -- Without a replication id to compare, every token begins an epoch.
+  local id = at and string.sub(info, at + 14, at + 53)
   local f = redis.call('HMGET', tk, 'id', 'e', 'n')
   local e, n = tonumber(f[2]) or 0, tonumber(f[3]) or 0
-  if f[1] ~= id or n >= 255 then
+  if not id or f[1] ~= id or n >= 255 then
     local now = redis.call('TIME')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - 1735689600000
-    e, n = math.max(e + 1, ms), 0
+    e, n = math.max(e + 1, ms), 1
+    redis.call('HSET', tk, 'id', id or '', 'e', string.format('%.0f', e), 'n', n)
+  else
+    n = n + 1
+    redis.call('HSET', tk, 'n', n)
   end
-  n = n + 1
-  redis.call('HSET', tk, 'id', id, 'e', string.format('%.0f', e), 'n', n)
   return string.format('%.0f', (e * 256 + n) * 16 + tonumber(shard))
 end
 `
@@ -64,7 +75,7 @@ local v = f[1] or '0'
 if v ~= ARGV[1] then return {0, v, f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]} end
 local tok = draw(KEYS[5], ARGV[7])
 local nv = redis.call('INCR', KEYS[4])
-if ARGV[6] ~= '1' then redis.call('HDEL', KEYS[1], 'rp', 'cf', 'mm', 'lr', 'lj') end
+if v ~= '0' and ARGV[6] ~= '1' then redis.call('HDEL', KEYS[1], 'rp', 'cf', 'mm', 'lr', 'lj') end
 redis.call('HSET', KEYS[1], 'b', ARGV[2], 'v', nv, 't', tok, 's', '1', 'c', ARGV[5])
 -- Over a released or expired record its TTL goes (a new key has none);
 -- an expiry entry may outlive the record the server expired.
