@@ -36,8 +36,8 @@ type oracle struct {
 
 	// Either of these is used to determine which versions can be permanently
 	// discarded during compaction.
-	discardTs uint64       // Used by ManagedDB.
-	readMark  *y.WaterMark // Used by DB.
+	discardTs uint64     // Used by ManagedDB.
+	readMark  *readMarks // Used by DB.
 
 	// committedTxns contains all committed writes (contains fingerprints
 	// of keys written and their latest commit counter).
@@ -62,13 +62,83 @@ func newOracle(opt Options) *oracle {
 		//
 		// WaterMarks must be 64-bit aligned for atomic package, hence we must use pointers here.
 		// See https://golang.org/pkg/sync/atomic/#pkg-note-BUG.
-		readMark: &y.WaterMark{Name: "badger.PendingReads"},
+		readMark: &readMarks{},
 		txnMark:  &y.WaterMark{Name: "badger.TxnTimestamp"},
-		closer:   z.NewCloser(2),
+		closer:   z.NewCloser(1),
 	}
-	orc.readMark.Init(orc.closer)
 	orc.txnMark.Init(orc.closer)
 	return orc
+}
+
+// readMarks keeps the read timestamps of the transactions in flight, so
+// that compaction discards no version one of them may read
+// (discardAtOrBelow) and the committed transactions' conflict keys are
+// dropped once no reader needs them. It answers what a y.WaterMark did
+// for reads, synchronously, under a mutex: a WaterMark sends every Begin
+// and Done over a channel to a goroutine of its own, so every read
+// transaction woke that goroutine twice, which cost a point read more than
+// its search of a table's index.
+type readMarks struct {
+	mu       sync.Mutex        // guards inFlight, low and seen
+	inFlight map[uint64]uint32 // read timestamp -> transactions in flight at it
+	low      uint64            // the lowest key of inFlight, when it has one
+	seen     uint64            // the highest timestamp begun or done
+	// doneUntil is the highest timestamp at or below which no transaction
+	// is in flight (of those begun at or below seen). It never decreases:
+	// a transaction that begins at a timestamp already done reads the
+	// newest version at or below it, which compaction keeps.
+	doneUntil atomic.Uint64
+}
+
+// Begin records a transaction in flight at readTs.
+func (r *readMarks) Begin(readTs uint64) {
+	r.mu.Lock()
+	if r.inFlight == nil {
+		r.inFlight = make(map[uint64]uint32)
+	}
+	if len(r.inFlight) == 0 || readTs < r.low {
+		r.low = readTs
+	}
+	r.inFlight[readTs]++
+	r.seen = max(r.seen, readTs)
+	r.mu.Unlock()
+}
+
+// Done records that a transaction at readTs ended, or, with no Begin at
+// readTs (Open, StreamWriter), that every timestamp up to it is done.
+func (r *readMarks) Done(readTs uint64) {
+	r.mu.Lock()
+	if n := r.inFlight[readTs]; n > 1 {
+		r.inFlight[readTs] = n - 1
+	} else if n == 1 {
+		delete(r.inFlight, readTs)
+		if readTs == r.low && len(r.inFlight) > 0 {
+			// Once per timestamp, not per read: the readers in flight
+			// are at the last few commits' timestamps.
+			r.low = math.MaxUint64
+			for ts := range r.inFlight {
+				r.low = min(r.low, ts)
+			}
+		}
+	}
+	r.seen = max(r.seen, readTs)
+	until := r.seen
+	if len(r.inFlight) > 0 {
+		until = min(until, r.low)
+		if until > 0 && until == r.low {
+			until--
+		}
+	}
+	if until > r.doneUntil.Load() {
+		r.doneUntil.Store(until)
+	}
+	r.mu.Unlock()
+}
+
+// DoneUntil returns the highest timestamp at or below which no read
+// transaction is in flight.
+func (r *readMarks) DoneUntil() uint64 {
+	return r.doneUntil.Load()
 }
 
 func (o *oracle) Stop() {
