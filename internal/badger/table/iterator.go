@@ -11,7 +11,6 @@ import (
 	"io"
 	"sort"
 
-	"github.com/idemkit/idem/internal/badger/fb"
 	"github.com/idemkit/idem/internal/badger/y"
 )
 
@@ -261,12 +260,7 @@ func (itr *Iterator) seekFrom(key []byte, whence int) {
 	case current:
 	}
 
-	var ko fb.BlockOffset
-	idx := sort.Search(itr.t.offsetsLength(), func(idx int) bool {
-		// Offsets should never return false since we're iterating within the OffsetsLength.
-		y.AssertTrue(itr.t.offsets(&ko, idx))
-		return y.CompareKeys(ko.KeyBytes(), key) > 0
-	})
+	idx := itr.t.searchBlocks(key)
 	if idx == 0 {
 		// The smallest key in our table is already strictly > key. We can return that.
 		// This is like a SeekToFirst.
