@@ -2,6 +2,7 @@ package idem
 
 import (
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,7 +298,7 @@ func (h *hotSet) put(scope, key string, rec hotRecord, count bool, at time.Time)
 	sh.m.set(k, e)
 	sh.bytes += e.size
 	h.bytes.Add(int64(e.size))
-	return true, h.evict(sh, k) || dropped
+	return true, h.evict(sh, e) || dropped
 }
 
 // remove deletes the entry e of id from sh. If its counts wait for a
@@ -326,23 +327,26 @@ func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) (dropped bool) {
 }
 
 // evict drops sh's oldest entries while the cache is over its limit,
-// keeping k, the one just put. With ids spread evenly over the shards this
+// keeping e, the one just put. With ids spread evenly over the shards this
 // is close to evicting the cache's oldest; the limit is exceeded by at
 // most an entry per shard. Each id is queued once per insertion (an id
 // dropped earlier may still be queued and is skipped), so the work is
 // constant per put on average. It reports whether it dropped unflushed
 // counts (remove). Called with sh.mu held.
-func (h *hotSet) evict(sh *hotShard, k hotID) (dropped bool) {
+func (h *hotSet) evict(sh *hotShard, e *hotEntry) (dropped bool) {
 	for h.bytes.Load()+h.pinned.Load() > h.limit && sh.m.len() > 1 && sh.head < len(sh.order) {
 		old := sh.order[sh.head]
 		sh.order[sh.head] = hotID{}
 		sh.head++
-		if old == k {
+		// One lookup decides both: the id of the entry just put (queued
+		// again by an earlier insertion) finds e itself. Comparing the ids
+		// first would read the old key's bytes, likely not in the CPU's
+		// caches, before the lookup reads them again.
+		switch r := sh.m.get(old); {
+		case r == e:
 			// Put again: it is the newest now.
-			sh.order = append(sh.order, k)
-			continue
-		}
-		if r := sh.m.get(old); r != nil && h.remove(sh, old, r) {
+			sh.order = append(sh.order, e.id)
+		case r != nil && h.remove(sh, old, r):
 			dropped = true
 		}
 	}
@@ -391,6 +395,17 @@ func (h *hotSet) drop(scope, key string, token uint64) {
 // takeCounts appends the replays counted since the last call to out, one
 // Tally per counted entry (an id put again may have two).
 func (h *hotSet) takeCounts(out []backend.Tally) []backend.Tally {
+	// Room for the entries counted by now, so that a flush of many
+	// records does not copy its batch at every doubling; later counts
+	// append as usual.
+	n := 0
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		n += len(sh.pending)
+		sh.mu.Unlock()
+	}
+	out = slices.Grow(out, n)
 	for i := range h.shards {
 		sh := &h.shards[i]
 		sh.mu.Lock()
