@@ -145,7 +145,7 @@ func (s *Store) counting(fn func()) bool {
 // entry, or, for a record the cache does not take, into the map.
 func (s *Store) countReplay(scope, key string, rec *Record, at time.Time) {
 	count := s.tallier != nil
-	kept, dropped := s.hot.put(scope, key, hotOf(rec), count, at)
+	kept, dropped := s.hot.putRead(scope, key, rec, count, at)
 	if dropped {
 		s.ledger.dropped.Store(true)
 	}

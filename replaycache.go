@@ -263,7 +263,7 @@ func hotOf(rec *Record) hotRecord {
 // (not when its result is too large); dropped, that evicting made room by
 // dropping unflushed counts (hotSet.remove).
 func (h *hotSet) put(scope, key string, rec hotRecord, count bool, at time.Time) (kept, dropped bool) {
-	if rec.Result == nil || len(rec.Result.Body) > hotMaxBody {
+	if !cacheable(rec) {
 		return false, false
 	}
 	// One allocation for the key, the fingerprint and the scope: the
@@ -276,8 +276,32 @@ func (h *hotSet) put(scope, key string, rec hotRecord, count bool, at time.Time)
 	b.WriteString(scope)
 	all := b.String()
 	fpEnd := len(key) + len(rec.Fingerprint)
-	k := hotID{scope: all[fpEnd:], key: all[:len(key)]}
-	fp := all[len(key):fpEnd]
+	return h.insert(hotID{scope: all[fpEnd:], key: all[:len(key)]}, all[len(key):fpEnd], rec, count, at)
+}
+
+// putRead is put for a record the backend just returned for (scope, key)
+// (Backend.Claim hands it over): the entry keeps the record's own copies
+// of its scope, key and fingerprint, as it keeps its result, instead of
+// copying them again. A record that names another key is put as put does.
+func (h *hotSet) putRead(scope, key string, rec *Record, count bool, at time.Time) (kept, dropped bool) {
+	if rec.Scope != scope || rec.Key != key {
+		return h.put(scope, key, hotOf(rec), count, at)
+	}
+	hr := hotOf(rec)
+	if !cacheable(hr) {
+		return false, false
+	}
+	return h.insert(hotID{scope: rec.Scope, key: rec.Key}, rec.Fingerprint, hr, count, at)
+}
+
+// cacheable reports whether the cache takes rec: a result whose body is
+// at most hotMaxBody.
+func cacheable(rec hotRecord) bool {
+	return rec.Result != nil && len(rec.Result.Body) <= hotMaxBody
+}
+
+// insert is put with the entry's id and fingerprint given.
+func (h *hotSet) insert(k hotID, fp string, rec hotRecord, count bool, at time.Time) (kept, dropped bool) {
 	e := &hotEntry{fingerprint: fp, expiresAt: rec.ExpiresAt, token: rec.Token,
 		result: *rec.Result, id: k, size: size(k, fp, rec.Result)}
 	if count {

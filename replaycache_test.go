@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/idemkit/idem/backend"
 	"github.com/idemkit/idem/badgerstore"
@@ -277,6 +279,30 @@ func TestHotSet_DropByToken(t *testing.T) {
 	h.drop("s", "k", 2)
 	if h.get("s", "k") != nil {
 		t.Fatal("kept the entry of the token dropped")
+	}
+}
+
+// TestHotSet_PutRead_KeepsTheRecordsStrings checks that a record read
+// from the backend is kept under its own copies of its scope, key and
+// fingerprint (no second copy), and that one naming another key than the
+// one asked for is kept under a copy of the key asked for, as put keeps it.
+func TestHotSet_PutRead_KeepsTheRecordsStrings(t *testing.T) {
+	h := newDefaultHotSet()
+	rec := &Record{Scope: "s", Key: strings.Clone("k1"), Fingerprint: strings.Clone("fp"), Result: &Result{}}
+	h.putRead("s", "k1", rec, false, time.Time{})
+	e := h.get("s", "k1")
+	if e == nil || unsafe.StringData(e.id.key) != unsafe.StringData(rec.Key) ||
+		unsafe.StringData(e.fingerprint) != unsafe.StringData(rec.Fingerprint) {
+		t.Fatalf("entry %+v does not keep the record's strings", e)
+	}
+	other := &Record{Scope: "s", Key: "k3", Fingerprint: "fp", Result: &Result{}}
+	key := strings.Clone("k2")
+	h.putRead("s", key, other, false, time.Time{})
+	if h.get("s", "k3") != nil {
+		t.Fatal("a record naming another key is kept under its own key")
+	}
+	if e := h.get("s", "k2"); e == nil || unsafe.StringData(e.id.key) == unsafe.StringData(key) {
+		t.Fatalf("entry %+v: not kept under a copy of the key asked for", e)
 	}
 }
 
