@@ -466,8 +466,14 @@ func missNotes() map[string]string {
 			"alone and reads each record with a read transaction, a Get and a copy of the value: what an uncached " +
 			"replay would cost if nothing sat above the engine. What idem adds to it: Backend.Claim's read through " +
 			"the engine's layers (the unit's writes, the pending writes, the open claims), the record's decode " +
-			"and checksum, the Store's checks, the replay cache's insert and the replay's count, whose writes " +
-			"and the compactions they cause are most of the gap (results/notes/replay-from-disk-profile.md).",
+			"and checksum, the Store's checks, the replay cache's miss and insert (each replay of this spread " +
+			"evicts an entry) and the replay's count. Profiled at 1,000,000 keys, one goroutine: of a replay, " +
+			"Badger's Get about 60% (decoding the S2 block 26 points, the search in the block 10, the Bloom " +
+			"filters 5), the record's decode 11 (its 576-byte box 5), the cache's insert 12 and miss 10. " +
+			"Both sides gained from patches badger/0040 (read transactions no longer wake a goroutine of " +
+			"Badger's twice) and 0041 (a table's block index searched in memory); at 32 goroutines, where " +
+			"that goroutine never slept, idem gained less than the bare read " +
+			"(results/notes/replay-from-disk-profile.md).",
 		"fingerprint": "Fingerprinting parses and canonicalises JSON (member order, escapes, exact numbers) " +
 			"before hashing; SHA-256 alone only hashes. The ratio moves with the machine more than the code: the " +
 			"workload run alone on 2026-12-02 gave 2.6-2.7× at 10:25 and 2.9-3.2× at 10:55, SHA-256 at " +
