@@ -470,10 +470,10 @@ func missNotes() map[string]string {
 			"evicts an entry) and the replay's count. Profiled at 1,000,000 keys, one goroutine: of a replay, " +
 			"Badger's Get about 60% (decoding the S2 block 26 points, the search in the block 10, the Bloom " +
 			"filters 5), the record's decode 11 (its 576-byte box 5), the cache's insert 12 and miss 10. " +
-			"Both sides gained from patches badger/0040 (read transactions no longer wake a goroutine of " +
-			"Badger's twice) and 0041 (a table's block index searched in memory); at 32 goroutines, where " +
-			"that goroutine never slept, idem gained less than the bare read " +
-			"(results/notes/replay-from-disk-profile.md).",
+			"Both sides gain from patch badger/0041 (a table's block index searched in memory); the bare " +
+			"read's db.View also from 0040 (a read transaction no longer wakes a goroutine of Badger's " +
+			"twice), which idem's reads skip since they take no read timestamp at all " +
+			"(DB.NewTransactionLatest) (results/notes/replay-from-disk-profile.md).",
 		"fingerprint": "Fingerprinting parses and canonicalises JSON (member order, escapes, exact numbers) " +
 			"before hashing; SHA-256 alone only hashes. The ratio moves with the machine more than the code: the " +
 			"workload run alone on 2026-12-02 gave 2.6-2.7× at 10:25 and 2.9-3.2× at 10:55, SHA-256 at " +
