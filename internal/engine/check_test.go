@@ -200,3 +200,47 @@ func TestOpen_DamagedBlock(t *testing.T) {
 	require.ErrorIs(t, e.VerifyTables(), ErrCorrupt, "Verify still finds it")
 	require.NoError(t, e.Close())
 }
+
+// TestOpen_FirstDurableCheckpointCutOff: the first Durable open of a store
+// written without the log (Fast) checkpoints, writing the mark into a
+// memtable with no log of its own and flushing it; a kill between the
+// table's sync and the MANIFEST's leaves a table whose only commit newer
+// than Badger's is that mark. The store must reopen (idem rekey killed on a
+// Fast store found it refused as a truncated MANIFEST).
+func TestOpen_FirstDurableCheckpointCutOff(t *testing.T) {
+	dir := t.TempDir()
+	e := openEngine(t, dir, Options{})
+	for i := range 50 {
+		put(t, e, "k"+string(rune('a'+i%26))+string(rune('0'+i/26)), "value")
+	}
+	require.NoError(t, e.Close())
+	before := t.TempDir()
+	require.NoError(t, os.CopyFS(before, os.DirFS(dir)))
+	had := map[string]bool{}
+	for _, p := range tables(t, before) {
+		had[filepath.Base(p)] = true
+	}
+
+	// The open's checkpoint writes the first new table (the close's
+	// writes the next).
+	require.NoError(t, openEngine(t, dir, Options{Durable: true}).Close())
+	var first string
+	for _, p := range tables(t, dir) {
+		if !had[filepath.Base(p)] && (first == "" || filepath.Base(p) < filepath.Base(first)) {
+			first = p
+		}
+	}
+	require.NotEmpty(t, first, "the first Durable open wrote no table")
+	raw, err := os.ReadFile(first)
+	require.NoError(t, err)
+	cut := filepath.Join(before, filepath.Base(first))
+	require.NoError(t, os.WriteFile(cut, raw, 0o600))
+	require.NoError(t, tryOpen(t, before, false))
+	// Removed, not kept aside (the next checkpoint may reuse its name).
+	_, err = os.Stat(filepath.Join(before, QuarantineName, filepath.Base(cut)))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	e = openEngine(t, before, Options{Durable: true})
+	got, ok := read(t, e, "ka0")
+	require.True(t, ok)
+	require.Equal(t, "value", got)
+}

@@ -10,9 +10,21 @@ package engine
 // newer writes, and a check by versions alone would take that for a
 // truncated MANIFEST (TestPowerLoss found it: the store refused to open).
 // Those writes came after the checkpoint, so the log has them.
+//
+// Before a store has a log (written by Fast, or new), Badger's memtables
+// kept logs of their own, which it replays: every write is in Badger after
+// its open but the checkpoint's own. The first Durable open's checkpoint
+// writes the mark (one commit) into a memtable that keeps no log and
+// flushes it; a kill between that table's sync and the MANIFEST's leaves a
+// table whose one commit newer than Badger's is the mark, which the
+// checkpoint writes again (TestOpen_FirstDurableCheckpointCutOff; idem
+// rekey killed on a Fast store found it refused).
 func (e *Engine) coveredByLog(m *mark, pf preflight) preflight {
-	if m != nil && m.Log && e.checkMark(m) == nil {
-		pf.maxQuarantined = min(pf.maxQuarantined, e.db.MaxVersion())
+	switch have := e.db.MaxVersion(); {
+	case m != nil && m.Log && e.checkMark(m) == nil:
+		pf.maxQuarantined = min(pf.maxQuarantined, have)
+	case (m == nil || !m.Log) && pf.maxQuarantined == have+1:
+		pf.maxQuarantined = have
 	}
 	return pf
 }
