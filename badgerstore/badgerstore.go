@@ -148,8 +148,11 @@ type Backend struct {
 	durability backend.Durability
 
 	// lastToken is the highest fencing token handed out. Only the
-	// committer reads or writes it, and it persists it with the claims.
+	// committer reads or writes it.
 	lastToken uint64
+	// tokenCeil is the token counter's value known durable: tokens up to
+	// it are handed out without writing the counter (nextToken).
+	tokenCeil atomic.Uint64
 	// lastFlush is the number of the last flush of counts (nextFlush).
 	// Only the committer reads or writes it.
 	lastFlush uint64
@@ -297,6 +300,7 @@ func Open(dir string, o Options) (*Backend, error) {
 				return fmt.Errorf("%w: token counter of %d bytes", backend.ErrCorrupt, len(v))
 			}
 			b.lastToken = binary.BigEndian.Uint64(v)
+			b.tokenCeil.Store(b.lastToken)
 			return nil
 		})
 	})
@@ -339,17 +343,41 @@ func (b *Backend) update(fn func(t *engine.Txn) error) error {
 	return fromEngine(b.eng.Update(fn))
 }
 
-// tokenKey holds the highest fencing token handed out, big-endian.
+// tokenKey holds the token counter, big-endian: no token above it was
+// handed out. Open resumes after it.
 var tokenKey = []byte("s/token")
 
-// nextToken hands out a token and writes the counter with the claim that
-// holds it. It runs on the committer only.
+// tokenBlock is how many tokens one write of the counter reserves: a
+// claim writes the counter only when its token is above the value known
+// durable, and then writes that token plus tokenBlock-1.
+var tokenBlock uint64 = 1024 // a variable for the crash test's small blocks
+
+// nextToken hands out a token. When the token is above the counter known
+// durable, it writes the counter, a block ahead, with the claim that
+// holds the token; otherwise a unit already durable holds a counter at or
+// above it. Units become durable in order, so no claim is ever durable
+// without a counter at or above its token: a reopen never hands a token
+// out twice. Tokens reserved and not handed out before a restart are
+// skipped. It runs on the committer only.
 func (b *Backend) nextToken(t *engine.Txn) uint64 {
 	b.lastToken++
-	v := make([]byte, 8)
-	binary.BigEndian.PutUint64(v, b.lastToken)
-	t.Set(tokenKey, v, 0)
+	if b.lastToken > b.tokenCeil.Load() {
+		ceil := b.lastToken + tokenBlock - 1
+		t.Set(tokenKey, binary.BigEndian.AppendUint64(make([]byte, 0, 8), ceil), 0)
+		// Until this runs, later claims write the counter again.
+		t.OnCommit(func() { raiseTo(&b.tokenCeil, ceil) })
+	}
 	return b.lastToken
+}
+
+// raiseTo sets v to x if x is above it.
+func raiseTo(v *atomic.Uint64, x uint64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
 
 // DiskUsage is the space a Badger store takes on disk: the blocks

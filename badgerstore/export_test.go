@@ -12,3 +12,8 @@ func TuneBadger(o Options, f func(*badger.Options)) Options {
 	o.tune = f
 	return o
 }
+
+// SetTokenBlock sets how many tokens one write of the counter reserves,
+// for a test process that crosses blocks often; it is not safe while a
+// store is open.
+func SetTokenBlock(n uint64) { tokenBlock = n }

@@ -17,7 +17,7 @@ import (
 
 	fbs "github.com/google/flatbuffers/go"
 	"github.com/klauspost/compress/s2"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/idemkit/idem/internal/badger/fb"
 	"github.com/idemkit/idem/internal/badger/options"
@@ -90,6 +90,22 @@ type Builder struct {
 	// compressed as they are finished (compressing without encryption):
 	// the builder then holds its blocks compressed, plus one block.
 	spare, scratch []byte
+
+	// checksumBuf holds the checksum calculateChecksum encoded last, and
+	// bblocks the block headers not handed out yet, allocated a chunk at a
+	// time.
+	checksumBuf []byte
+	bblocks     []bblock
+}
+
+// newBblock returns a zero block header.
+func (b *Builder) newBblock() *bblock {
+	if len(b.bblocks) == 0 {
+		b.bblocks = make([]bblock, 32)
+	}
+	bl := &b.bblocks[0]
+	b.bblocks = b.bblocks[1:]
+	return bl
 }
 
 func (b *Builder) allocate(need int) []byte {
@@ -130,10 +146,12 @@ func NewTableBuilder(opts Options) *Builder {
 		alloc: opts.AllocPool.Get(sz, "TableBuilder"),
 		opts:  &opts,
 	}
-	b.alloc.Tag = "Builder"
-	b.curBlock = &bblock{
-		data: b.alloc.Allocate(opts.BlockSize + padding),
+	if h, ok := keyHashPool.Get().(*[]uint32); ok {
+		b.keyHashes = (*h)[:0]
 	}
+	b.alloc.Tag = "Builder"
+	b.curBlock = b.newBblock()
+	b.curBlock.data = b.alloc.Allocate(opts.BlockSize + padding)
 	b.opts.tableCapacity = uint64(float64(b.opts.TableSize) * 0.95)
 
 	// If encryption or compression is not enabled, do not start compression/encryption goroutines
@@ -238,8 +256,21 @@ func (b *Builder) handleBlock() {
 	}
 }
 
+// keyHashPool holds the key hash slices of closed builders, for the next:
+// a table of a few thousand keys grew its slice by doubling, a dozen
+// allocations, each time.
+var keyHashPool sync.Pool
+
+// maxPooledKeyHashes bounds the slices kept: a table of 64 MiB of small
+// keys would otherwise keep its megabytes of hashes in the pool.
+const maxPooledKeyHashes = 1 << 16
+
 // Close closes the TableBuilder.
 func (b *Builder) Close() {
+	if h := b.keyHashes; cap(h) > 0 && cap(h) <= maxPooledKeyHashes {
+		b.keyHashes = nil
+		keyHashPool.Put(&h)
+	}
 	// An allocator that grew past its initial size (a flush of a large
 	// memtable, an L0->L0 table, well-compressed blocks) would keep its
 	// buffers for as long as it sits in the pool: release it instead.
@@ -290,7 +321,11 @@ func (b *Builder) addHelper(key []byte, v y.ValueStruct, vpLen uint32) {
 	if len(b.curBlock.baseKey) == 0 {
 		// Make a copy. Builder should not keep references. Otherwise, caller has to be very careful
 		// and will have to make copies of keys every time they add to builder, which is even worse.
-		b.curBlock.baseKey = append(b.curBlock.baseKey[:0], key...)
+		//
+		// The copy is in the allocator, which outlives the block list the
+		// index is built from: one allocation less per block.
+		b.curBlock.baseKey = b.alloc.Allocate(len(key))
+		copy(b.curBlock.baseKey, key)
 		diffKey = key
 	} else {
 		diffKey = b.keyDiff(key)
@@ -372,11 +407,14 @@ func (b *Builder) newBlock() *bblock {
 	if b.spare != nil {
 		// Its length, not its capacity: the allocator's slices reach on
 		// into the buffer the later blocks were allocated from.
-		data := b.spare[:len(b.spare):len(b.spare)]
+		bl := b.newBblock()
+		bl.data = b.spare[:len(b.spare):len(b.spare)]
 		b.spare = nil
-		return &bblock{data: data}
+		return bl
 	}
-	return &bblock{data: b.alloc.Allocate(b.opts.BlockSize + padding)}
+	bl := b.newBblock()
+	bl.data = b.alloc.Allocate(b.opts.BlockSize + padding)
+	return bl
 }
 
 func (b *Builder) shouldFinishBlock(key []byte, value y.ValueStruct) bool {
@@ -428,8 +466,12 @@ func (b *Builder) addInternal(key []byte, value y.ValueStruct, valueLen uint32, 
 			b.staleDataSize += len(key) + 4 /* len */ + 4 /* offset */
 		}
 		b.finishBlock()
-		// Create a new block and start writing.
+		// Create a new block and start writing. Its entry offsets go in
+		// the slice of the block just finished, which holds them in its
+		// bytes now.
+		offs := b.curBlock.entryOffsets[:0]
 		b.curBlock = b.newBlock()
+		b.curBlock.entryOffsets = offs
 	}
 	b.addHelper(key, value, valueLen)
 }
@@ -557,7 +599,8 @@ func (b *Builder) Done() buildData {
 		index, err = b.encrypt(index)
 		y.Check(err)
 	}
-	checksum := b.calculateChecksum(index)
+	// A copy: the builder's scratch is the next checksum's.
+	checksum := append([]byte(nil), b.calculateChecksum(index)...)
 
 	bd.index = index
 	bd.checksum = checksum
@@ -580,11 +623,24 @@ func (b *Builder) calculateChecksum(data []byte) []byte {
 		Algo: pb.Checksum_CRC32C,
 	}
 
-	// Write checksum to the file.
-	chksum, err := proto.Marshal(&checksum)
-	y.Check(err)
-	// Write checksum size.
-	return chksum
+	return b.encodeChecksum(&checksum)
+}
+
+// encodeChecksum returns c's encoding, as proto.Marshal writes it (fields
+// in order, zero values left out), in the builder's scratch: callers copy
+// it out at once, and a block's checksum took three allocations.
+func (b *Builder) encodeChecksum(checksum *pb.Checksum) []byte {
+	out := b.checksumBuf[:0]
+	if checksum.Algo != 0 {
+		out = protowire.AppendTag(out, 1, protowire.VarintType)
+		out = protowire.AppendVarint(out, uint64(checksum.Algo))
+	}
+	if checksum.Sum != 0 {
+		out = protowire.AppendTag(out, 2, protowire.VarintType)
+		out = protowire.AppendVarint(out, checksum.Sum)
+	}
+	b.checksumBuf = out
+	return out
 }
 
 // DataKey returns datakey of the builder.
@@ -679,7 +735,7 @@ func (b *Builder) buildIndex(bloom []byte) ([]byte, uint32) {
 // offsets for the newly written items.
 func (b *Builder) writeBlockOffsets(builder *fbs.Builder) ([]fbs.UOffsetT, uint32) {
 	var startOffset uint32
-	var uoffs []fbs.UOffsetT
+	uoffs := make([]fbs.UOffsetT, 0, len(b.blockList))
 	for _, bl := range b.blockList {
 		uoff := b.writeBlockOffset(builder, bl, startOffset)
 		uoffs = append(uoffs, uoff)
