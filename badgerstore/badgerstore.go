@@ -58,7 +58,7 @@ type Options struct {
 	// logs, (N+1)*M of the tables they flush to, the largest compaction
 	// (NumLevelZeroTablesStall*M + BaseLevelSize), one table and the
 	// tables below it for each other compactor, a write batch of values
-	// (15% of M) and idem's log (8 MiB): about 50 MiB with the default
+	// (15% of M) and idem's log (8 MiB): about 70 MiB with the default
 	// memory budget. A negative value turns the guard off. Writes resume
 	// by themselves once space returns. docs/engine.md, "Free space".
 	FreeSpaceReserve int64

@@ -76,7 +76,7 @@ func TestBadger_CloseIsBoundedWhenTheFileSystemFails(t *testing.T) {
 		faultFSChild(t, dir)
 		return
 	}
-	mnt, dev := loopExt4(t, 128<<20) // room for the free-space reserve (about 50 MiB)
+	mnt, dev := loopExt4(t, 128<<20) // room for the free-space reserve (about 70 MiB)
 	trigger := filepath.Join("/sys/fs/ext4", dev, "trigger_fs_error")
 	if _, err := os.Stat(trigger); err != nil {
 		t.Skipf("the kernel has no ext4 error trigger (%s): %v", trigger, err)

@@ -344,7 +344,7 @@ func missNotes() map[string]string {
 			"Options alone (no compression, small memtables and tables, no block cache) left peaks of 162-183 MiB " +
 			"over a live heap of 34-41 MiB. idem carries a patched Badger in its module (internal/badger/PATCHES.md): " +
 			"index buffers sized for the table, grown allocators released rather than pooled, uncompressed bytes " +
-			"bounded, 2 + (up to 5) builders per compaction and a pool of 2. See docs/memory.md.",
+			"bounded, 2 + (up to 5) builders per compaction and a pool of 2 to 6 (4 MiB at most). See docs/memory.md.",
 		"sustained-budget": "The budget's shares bound live bytes (memtables, the index cache, the replay cache, " +
 			"the tallies, and table builders through the patched Badger); RssAnon adds the garbage collector's " +
 			"headroom (GOGC: the heap may reach twice its live bytes) and the runtime, so a live peak near the " +

@@ -267,7 +267,7 @@ func Open(opt Options) (*DB, error) {
 		valueDirGuard:    valueDirLockGuard,
 		orc:              newOracle(opt),
 		pub:              newPublisher(),
-		allocPool:        z.NewAllocatorPool(2),
+		allocPool:        z.NewAllocatorPool(max(opt.NumAllocatorsPooled, 1)),
 		bannedNamespaces: &lockedKeys{keys: make(map[uint64]struct{})},
 		threshold:        initVlogThreshold(&opt),
 	}
@@ -1162,10 +1162,14 @@ func arenaSize(opt Options) int64 {
 // are hidden from every transaction, running or to come. So a key written
 // twice within one memtable (a value and its update, a value and its
 // deletion) is written once. Deleted and expired versions themselves are
-// kept: older versions may sit in the levels below. The value-log bytes of
-// the versions left out are added to discardStats, if not nil.
+// kept, since older versions may sit in the levels below, except a
+// deletion marker that hides every older version when mayHold (if not
+// nil) says no table holds its key: a key set and deleted within one
+// memtable (an index entry and its removal) then leaves nothing. The
+// value-log bytes of the versions left out are added to discardStats, if
+// not nil.
 func buildL0Table(iter y.Iterator, dropPrefixes [][]byte, bopts table.Options,
-	discardTs uint64, keep int, discardStats map[uint32]int64) *table.Builder {
+	discardTs uint64, keep int, discardStats map[uint32]int64, mayHold func(key []byte) bool) *table.Builder {
 	defer iter.Close()
 
 	b := table.NewTableBuilder(bopts)
@@ -1195,6 +1199,12 @@ func buildL0Table(iter y.Iterator, dropPrefixes [][]byte, bopts table.Options,
 			numVersions++
 			hidden = numVersions >= keep || vs.Meta&bitDiscardEarlierVersions > 0 ||
 				isDeletedOrExpired(vs.Meta, vs.ExpiresAt)
+			// Every transaction reads this marker or a newer version, and
+			// no table holds an older one: the marker hides nothing.
+			if hidden && numVersions == 1 && vs.Meta&bitDelete != 0 && vs.Meta&bitValuePointer == 0 &&
+				mayHold != nil && !mayHold(y.ParseKey(key)) {
+				continue
+			}
 		}
 		b.Add(key, vs, vp.Len)
 	}
@@ -1223,7 +1233,7 @@ func (db *DB) handleMemTableFlush(mt *memTable, dropPrefixes [][]byte) error {
 	if !db.opt.InMemory {
 		discardStats = make(map[uint32]int64)
 	}
-	builder := buildL0Table(itr, nil, bopts, db.flushDiscardTs(), db.opt.NumVersionsToKeep, discardStats)
+	builder := buildL0Table(itr, nil, bopts, db.flushDiscardTs(), db.opt.NumVersionsToKeep, discardStats, db.lc.mayHold)
 	defer builder.Close()
 
 	// buildL0Table can return nil if the none of the items in the skiplist are

@@ -6,6 +6,7 @@
 package badger
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"sync"
@@ -303,6 +304,37 @@ func (s *levelHandler) appendTablesForKey(dst []*table.Table, key []byte) []*tab
 	tbl := s.tables[idx]
 	tbl.IncrRef()
 	return append(dst, tbl)
+}
+
+// mayHold reports whether a table of the level may hold a version of the
+// user key key, whose y.Hash is hash: one whose range covers it and whose
+// Bloom filter does not rule it out. seek is key with the highest
+// timestamp (y.KeyWithTs(key, math.MaxUint64)). The level's lock keeps its
+// tables open while their filters are read.
+func (s *levelHandler) mayHold(key, seek []byte, hash uint32) bool {
+	s.RLock()
+	defer s.RUnlock()
+	if s.level == 0 {
+		for _, t := range s.tables {
+			if coversKey(t, key) && !t.DoesNotHave(hash) {
+				return true
+			}
+		}
+		return false
+	}
+	idx := sort.Search(len(s.tables), func(i int) bool {
+		return y.CompareKeys(s.tables[i].Biggest(), seek) >= 0
+	})
+	if idx >= len(s.tables) {
+		return false
+	}
+	t := s.tables[idx]
+	return coversKey(t, key) && !t.DoesNotHave(hash)
+}
+
+// coversKey reports whether the user key key is within t's range.
+func coversKey(t *table.Table, key []byte) bool {
+	return bytes.Compare(y.ParseKey(t.Smallest()), key) <= 0 && bytes.Compare(key, y.ParseKey(t.Biggest())) <= 0
 }
 
 // decrTables releases the references appendTablesForKey took, all of

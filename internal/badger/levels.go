@@ -1768,6 +1768,24 @@ func (s *levelsController) close() error {
 // get searches for a given key in all the levels of the LSM tree. It returns
 // key version <= the expected version (version in key). If not found,
 // it returns an empty y.ValueStruct.
+// mayHold reports whether a table of the LSM tree may hold a version of
+// the user key key (levelHandler.mayHold), checking the levels from the
+// top: a compaction adds its tables to the level below before it removes
+// its inputs, so a key it moves is found in one level or the other, as a
+// point read finds it. A flush asks it, for a deletion marker it may
+// leave out (buildL0Table); flushes run one at a time, so no table of an
+// older memtable appears meanwhile.
+func (s *levelsController) mayHold(key []byte) bool {
+	seek := y.KeyWithTs(key, math.MaxUint64)
+	hash := y.Hash(key)
+	for _, h := range s.levels {
+		if h.mayHold(key, seek, hash) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *levelsController) get(key []byte, maxVs y.ValueStruct, startLevel int) (
 	y.ValueStruct, error) {
 	if s.kv.IsClosed() {

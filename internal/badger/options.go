@@ -77,6 +77,7 @@ type Options struct {
 	ValueLogMaxEntries uint32
 
 	NumCompactors        int
+	NumAllocatorsPooled  int // table builders' allocators kept (WithNumAllocatorsPooled)
 	CompactL0OnClose     bool
 	LmaxCompaction       bool
 	ZSTDCompressionLevel int
@@ -138,6 +139,7 @@ func DefaultOptions(path string) Options {
 		MetricsEnabled:      true,
 
 		NumCompactors:           4, // Run at least 2 compactors. Zero-th compactor prioritizes L0.
+		NumAllocatorsPooled:     2,
 		NumLevelZeroTables:      5,
 		NumLevelZeroTablesStall: 15,
 		NumMemtables:            5,
@@ -627,6 +629,18 @@ func (opt Options) WithValueLogMaxEntries(val uint32) Options {
 // The default value of NumCompactors is 4. One is dedicated just for L0 and L1.
 func (opt Options) WithNumCompactors(val int) Options {
 	opt.NumCompactors = val
+	return opt
+}
+
+// WithNumAllocatorsPooled sets how many table builders' allocators are kept
+// for the next builders while compactions run (one more is released every
+// two seconds without a builder). Each is twice the BaseTableSize: more
+// save the allocation and zeroing of a new one when flushes and
+// compactions build tables at once, and hold that memory meanwhile.
+//
+// The default value of NumAllocatorsPooled is 2.
+func (opt Options) WithNumAllocatorsPooled(val int) Options {
+	opt.NumAllocatorsPooled = val
 	return opt
 }
 

@@ -135,6 +135,25 @@ func (r *readMarks) Done(readTs uint64) {
 	r.mu.Unlock()
 }
 
+// raise raises doneUntil to committed, the highest commit timestamp done,
+// or to just below the lowest read in flight if that is lower, and returns
+// doneUntil. A transaction that begins later reads at nextTxnTs-1 or above,
+// which is at or above committed: it reads no version that a version at
+// or below committed hides.
+func (r *readMarks) raise(committed uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	until := committed
+	if len(r.inFlight) > 0 && r.low <= until {
+		until = max(r.low, 1) - 1 // as Done leaves it: below the oldest reader
+	}
+	if until > r.doneUntil.Load() {
+		r.seen = max(r.seen, until)
+		r.doneUntil.Store(until)
+	}
+	return r.doneUntil.Load()
+}
+
 // DoneUntil returns the highest timestamp at or below which no read
 // transaction is in flight.
 func (r *readMarks) DoneUntil() uint64 {
@@ -191,7 +210,11 @@ func (o *oracle) discardAtOrBelow() uint64 {
 		defer o.Unlock()
 		return o.discardTs
 	}
-	return o.readMark.DoneUntil()
+	// Write sets and transactions without a snapshot
+	// (NewTransactionLatest) take no read timestamp, so without other
+	// readers the read marks alone would never move: compactions and
+	// flushes would keep every version.
+	return o.readMark.raise(o.txnMark.DoneUntil())
 }
 
 // hasConflict must be called while having a lock.

@@ -90,11 +90,16 @@ type Options struct {
 
 // Engine is an open Badger directory and its commit pipeline.
 type Engine struct {
-	db   *badger.DB
-	dir  string
-	ro   bool
-	opts Options
-	lock *os.File // idem's directory lock (lockDir); nil in memory
+	db *badger.DB
+	// latest is the read transaction every unit and every reader shares:
+	// it has no snapshot and no read timestamp
+	// (badger.DB.NewTransactionLatest), so nothing in it changes as it
+	// reads, and it is never discarded.
+	latest *badger.Txn
+	dir    string
+	ro     bool
+	opts   Options
+	lock   *os.File // idem's directory lock (lockDir); nil in memory
 	// mark is the high-water mark as last written (mark.go); the syncer
 	// (or a caller holding the committer's role, see role) owns it while
 	// the committer runs.
@@ -222,7 +227,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 		}
 		return nil, err
 	}
-	e := &Engine{db: db, dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock, lost: lost,
+	e := &Engine{db: db, latest: db.NewTransactionLatest(), dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock, lost: lost,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{}),
 		role: make(chan struct{}, 1)}
 	e.settleCond = sync.NewCond(&e.settleMu)
@@ -531,9 +536,7 @@ func (e *Engine) Read(t *Txn, key []byte, fn func(val []byte, expiresAt uint64) 
 	if e.db.IsClosed() {
 		return false, badger.ErrDBClosed
 	}
-	txn := e.db.NewTransactionLatest()
-	defer txn.Discard()
-	return get(txn, key, fn)
+	return get(e.latest, key, fn)
 }
 
 // Stamp is what a read outside the committer that found no value tells an

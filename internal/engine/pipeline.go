@@ -48,9 +48,7 @@ func (u *unit) wrote(key []byte) (*wal.Entry, bool) {
 
 // discard gives up u's snapshot and writes.
 func (u *unit) discard() {
-	if u.txn != nil {
-		u.txn.Discard()
-	}
+	u.txn = nil // the engine's shared transaction: not discarded
 	if u.ws != nil {
 		u.ws.Reset()
 		writeSets.Put(u.ws)
@@ -318,7 +316,7 @@ func (e *Engine) begin(u *unit) {
 	// Loaded after retire: no write of a unit after base has left the
 	// pending index.
 	u.base = e.retired.Load()
-	u.txn = e.db.NewTransactionLatest()
+	u.txn = e.latest
 	u.ws = e.writeSet()
 	if u.written == nil {
 		u.written = map[string]*wal.Entry{}

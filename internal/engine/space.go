@@ -43,8 +43,8 @@ const spaceRecheck = 50 * time.Millisecond
 //     it (a checkpoint reuses it, and writes the mark of one block).
 //
 // With the default memory budget (M = 2 MiB, N = 2, 512 KiB tables, the
-// stall at 6 tables, a 10 MiB base level, 2 compactors) it is about
-// 50 MiB. In memory and read-only it is 0.
+// stall at 16 tables, a 10 MiB base level, 2 compactors) it is about
+// 70 MiB. In memory and read-only it is 0.
 func Reserve(bo badger.Options) int64 {
 	if bo.InMemory || bo.ReadOnly {
 		return 0
