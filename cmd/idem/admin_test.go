@@ -135,7 +135,7 @@ func TestAdminCommands(t *testing.T) {
 			{"1003", []string{"1× 409 (in progress)"}},
 			// The crash: claimed by the killed child, orphaned by the
 			// restart, recovered as committed, then replayed.
-			{"1004", []string{"claim 1 of 1: token 7 by process-2", "orphaned by a restart: the process holding the claim was gone",
+			{"1004", []string{"claim 1 of 1: token 1025 by process-2", "orphaned by a restart: the process holding the claim was gone",
 				"recovered: the resolver said committed; status 201 saved", "replayed at least 1 time"}},
 			// The crash: recovered as not committed, then run again.
 			{"1005", []string{"recovered: not committed; released, the next request runs it",
