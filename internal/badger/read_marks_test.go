@@ -61,10 +61,15 @@ func TestReadMarksHoldDiscardBelowAReader(t *testing.T) {
 		}
 		require.Equal(t, uint64(9), db.orc.discardAtOrBelow())
 		reader.Discard()
-		require.Equal(t, uint64(19), db.orc.discardAtOrBelow())
+		// With no reader left it follows the commits done (patch 0045):
+		// 19 from the reads' marks, 20 once the commit watermark, which
+		// catches up on a goroutine of its own, has the last commit.
+		require.Contains(t, []uint64{19, 20}, db.orc.discardAtOrBelow())
 		require.NoError(t, db.View(func(txn *Txn) error {
 			require.Equal(t, uint64(20), txn.readTs)
-			require.Equal(t, uint64(19), db.orc.discardAtOrBelow())
+			// A reader at 20 holds it below 20, or at the 20 it reached
+			// (it never decreases; the reader reads the version at 20).
+			require.Contains(t, []uint64{19, 20}, db.orc.discardAtOrBelow())
 			return nil
 		}))
 		require.Equal(t, uint64(20), db.orc.discardAtOrBelow())
