@@ -39,8 +39,8 @@ func badgerSharesOf(b int64) badgerShares {
 	// memtable each (about 0.2 MiB once flushed: a claim's record and
 	// index entry are superseded within the memtable, and blocks are
 	// compressed) that wrote the base level again for every 0.7 MiB
-	// flushed. At 8, a durable cycle writes 1.6 KB of tables rather than
-	// 2.7 KB (bench/results/notes/engine-runs.md). Large memtables keep
+	// flushed. At 8, a durable cycle wrote 2.4 KB to the disk rather than
+	// 3.5 KB, the log included (bench/results/notes/engine-runs.md). Large memtables keep
 	// Badger's 3: level 0 then holds as much before its compaction.
 	s.level0 = int(min(max((16<<20)/s.memTable, 3), 8))
 	if b < backend.DefaultMemoryBudget {
