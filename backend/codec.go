@@ -43,7 +43,25 @@ func EncodeRecord(r *Record) []byte {
 // attempt (see box), and one for its strings and body: keeping any
 // of those in memory keeps all of them.
 func DecodeRecord(b []byte) (*Record, error) {
-	c, err := codec.Unmarshal(b)
+	return decodeRecord(b, nil)
+}
+
+// RecordSpace is room to decode one record into. A backend that decodes
+// a record only to rewrite it within one operation (a completion reading
+// the claim it ends) keeps one per operation and reuses it: decoding then
+// allocates only the record's strings and body, not the record.
+type RecordSpace struct{ sp codec.Space }
+
+// Decode is DecodeRecord into s. The record returned is valid until s is
+// decoded into again; a record in an older form may come in memory of its
+// own.
+func (s *RecordSpace) Decode(b []byte) (*Record, error) {
+	return decodeRecord(b, &s.sp)
+}
+
+// decodeRecord is DecodeRecord, into sp if not nil.
+func decodeRecord(b []byte, sp *codec.Space) (*Record, error) {
+	c, err := codec.UnmarshalInto(b, sp)
 	if err != nil {
 		var ce *codec.CorruptError
 		if errors.As(err, &ce) {

@@ -90,6 +90,7 @@ func TestRecordCodec_ConvertsEveryField(t *testing.T) {
 			t.Fatalf("the full record leaves %s zero", full.Type().Field(i).Name)
 		}
 	}
+	var sp RecordSpace // reused by every record: nothing of one may stay
 	for name, r := range testRecords() {
 		got, err := marshalRecord(r)
 		if err != nil {
@@ -120,6 +121,9 @@ func TestRecordCodec_ConvertsEveryField(t *testing.T) {
 		if !reflect.DeepEqual(dec, &ref) {
 			t.Errorf("%s: decoded\n%+v\nmsgpack decodes\n%+v", name, dec, &ref)
 		}
+		if in, err := sp.Decode(got); err != nil || !reflect.DeepEqual(in, &ref) {
+			t.Errorf("%s: decoded into a RecordSpace\n%+v (%v)\nmsgpack decodes\n%+v", name, in, err, &ref)
+		}
 	}
 }
 
@@ -133,6 +137,10 @@ func TestUnmarshalRecord_Formats(t *testing.T) {
 	rec, err := DecodeRecord(golden)
 	if err != nil {
 		t.Fatalf("a record written by format 1 must stay readable: %v", err)
+	}
+	var sp RecordSpace
+	if in, err := sp.Decode(golden); err != nil || !reflect.DeepEqual(in, rec) {
+		t.Fatalf("format 1 into a RecordSpace: %+v, %v; want %+v", in, err, rec)
 	}
 	if rec.Scope != "tenant-a" || rec.Key != "refund:order-123" || rec.State != StateDone || rec.Token != 7 ||
 		rec.Result.Status != 201 || string(rec.Result.Body) != `{"refund":"re_1"}` ||
@@ -164,6 +172,9 @@ func TestUnmarshalRecord_Formats(t *testing.T) {
 		_, err := DecodeRecord(c.in)
 		if !errors.Is(err, ErrCorrupt) || !strings.HasPrefix(err.Error(), ErrCorrupt.Error()+": "+c.reason) {
 			t.Errorf("%s: DecodeRecord = %v, want ErrCorrupt: %s", name, err, c.reason)
+		}
+		if _, err := sp.Decode(c.in); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: RecordSpace.Decode = %v, want ErrCorrupt", name, err)
 		}
 	}
 }

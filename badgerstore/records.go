@@ -23,19 +23,23 @@ import (
 // argues why this order keeps the contract. (Replays of done records are
 // answered above the backend, by the Store's replay cache.)
 func (b *Backend) readRecord(t *engine.Txn, id []byte) (*backend.Record, uint64, error) {
-	return b.readRecordAt(t, id, withPrefix(prefixRecord, id), engine.Stamp{})
+	return b.readRecordAt(t, id, withPrefix(prefixRecord, id), engine.Stamp{}, nil)
 }
 
 // readRecordAt is readRecord with id's record key, rk, made by the
 // caller, for an op after a peek of id that returned s (the zero Stamp:
 // none; engine.Txn.ReadAfter): a key the peek found absent is not looked
-// up in Badger again.
-func (b *Backend) readRecordAt(t *engine.Txn, id, rk []byte, s engine.Stamp) (*backend.Record, uint64, error) {
+// up in Badger again. The record is decoded into sp if not nil.
+func (b *Backend) readRecordAt(t *engine.Txn, id, rk []byte, s engine.Stamp, sp *backend.RecordSpace) (*backend.Record, uint64, error) {
 	var rec *backend.Record
 	var exp uint64
 	decode := func(v []byte, expiresAt uint64) error {
 		var err error
-		rec, err = backend.DecodeRecord(v)
+		if sp != nil {
+			rec, err = sp.Decode(v)
+		} else {
+			rec, err = backend.DecodeRecord(v)
+		}
 		exp = expiresAt
 		return err
 	}
@@ -87,22 +91,37 @@ func (b *Backend) put(t *engine.Txn, id []byte, rec *backend.Record, ttlFrom tim
 
 // putAt is put with id's record key, rk, made by the caller.
 func (b *Backend) putAt(t *engine.Txn, id, rk []byte, rec *backend.Record, ttlFrom time.Time) error {
+	c, open := b.setRecord(t, rk, rec, ttlFrom)
+	t.OnCommit(func() { b.mirror(id, c, open) })
+	return nil
+}
+
+// setRecord buffers the write of rec under rk, and returns what mirror
+// must do once it is durable: keep c as an open claim (open), or forget
+// the claim.
+func (b *Backend) setRecord(t *engine.Txn, rk []byte, rec *backend.Record, ttlFrom time.Time) (c openClaim, open bool) {
 	v := backend.EncodeRecord(rec)
 	var exp uint64
 	if !ttlFrom.IsZero() && !rec.ExpiresAt.IsZero() {
 		exp = badgerTTL(max(rec.ExpiresAt.Sub(ttlFrom), 0) + reclaimGrace)
 	}
 	t.Set(rk, v, exp)
-	t.OnCommit(func() {
-		b.mu.Lock()
-		if rec.State == backend.StateInProgress {
-			b.open[string(id)] = openClaim{leaseEnds: rec.LeaseEnds, nextCheck: rec.NextCheck, attention: rec.Attention, val: v}
-		} else {
-			delete(b.open, string(id))
-		}
-		b.mu.Unlock()
-	})
-	return nil
+	if rec.State != backend.StateInProgress {
+		return openClaim{}, false
+	}
+	return openClaim{leaseEnds: rec.LeaseEnds, nextCheck: rec.NextCheck, attention: rec.Attention, val: v}, true
+}
+
+// mirror makes the open claims say what a durable write of id's record
+// left: c as an open claim, or none.
+func (b *Backend) mirror(id []byte, c openClaim, open bool) {
+	b.mu.Lock()
+	if open {
+		b.open[string(id)] = c
+	} else {
+		delete(b.open, string(id))
+	}
+	b.mu.Unlock()
 }
 
 // reopen replaces the stored record of id, if it is an open claim, by v,
@@ -138,27 +157,11 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	if err := b.eng.LowSpace(); err != nil {
 		return nil, false, fmt.Errorf("%w: claim refused: %w", backend.ErrUnavailable, err)
 	}
-	var out *backend.Record
-	var claimed bool
-	err = b.update(func(t *engine.Txn) error {
-		// A key the peek found absent is not looked up in Badger again
-		// (a fresh key: most claims).
-		rec, _, err := b.readRecordAt(t, id, rk, stamp)
-		if err != nil {
-			return err
-		}
-		claimed = false
-		if rec != nil && rec.State != backend.StateReleased && !rec.Expired(args.Now) {
-			out = rec
-			return engine.ErrNoWrite
-		}
-		n, err := b.newClaim(t, scope, key, id, rk, args, rec)
-		if err != nil {
-			return err
-		}
-		out, claimed = n, true
-		return nil
-	})
+	o := b.newCycleOp(scope, key, rk)
+	o.args, o.stamp = args, stamp
+	err = b.update(o.claimFn) // cycleOp.claim
+	out, claimed := o.out, o.claimed
+	o.done(err)
 	if err != nil {
 		return nil, false, backend.Unavailable("claim", err)
 	}
@@ -167,8 +170,9 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 	return out, claimed, nil
 }
 
-// newClaim writes a claim of id over rec (nil, released or expired).
-func (b *Backend) newClaim(t *engine.Txn, scope, key string, id, rk []byte, args backend.ClaimArgs, rec *backend.Record) (*backend.Record, error) {
+// claimRecord buffers a claim of id over rec (nil, released or expired),
+// all but the record's own write, and returns the claim's record.
+func (b *Backend) claimRecord(t *engine.Txn, scope, key string, id []byte, args backend.ClaimArgs, rec *backend.Record) *backend.Record {
 	token := b.nextToken(t)
 	n := &backend.Record{
 		Scope: scope, Key: key, State: backend.StateInProgress,
@@ -194,7 +198,7 @@ func (b *Backend) newClaim(t *engine.Txn, scope, key string, id, rk []byte, args
 	n.AddAttempt(backend.Attempt{Token: token, ClaimedAt: args.Now, Owner: args.Owner,
 		Reason: b.lossNoteFor(rec, args.Now)}) // loss.go
 	t.Set(withPrefix(prefixClaim, id), nil, 0)
-	return n, b.putAt(t, id, rk, n, time.Time{})
+	return n
 }
 
 // fenced runs fn on the record of (scope, key) if it is in progress with
@@ -219,7 +223,7 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 	rk := recordKey(scope, key)
 	id := rk[1:]
 	err := b.update(func(t *engine.Txn) error {
-		rec, _, err := b.readRecordAt(t, id, rk, engine.Stamp{})
+		rec, _, err := b.readRecordAt(t, id, rk, engine.Stamp{}, nil)
 		if err != nil {
 			return err
 		}
@@ -240,16 +244,24 @@ func ended(t *engine.Txn, id []byte, at, exp time.Time) {
 
 // Complete implements Backend.
 func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
-	return b.fenced(ctx, "complete", scope, key, token, c.At, func(t *engine.Txn, id []byte, rec *backend.Record) {
-		// The body is not copied: put encodes rec before Complete
-		// returns, and keeps only the encoding.
-		res := c.Result
-		rec.State, rec.Result = backend.StateDone, &res
-		rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
-		rec.EndAttempt(token, c.Ending)
-		rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
-		ended(t, id, c.At, c.ExpiresAt)
-	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := b.newCycleOp(scope, key, recordKey(scope, key))
+	o.token, o.comp = token, c
+	err := b.update(o.completeFn) // cycleOp.complete
+	o.done(err)
+	return backend.Unavailable("complete", err)
+}
+
+// completeRecord makes rec, in progress with token, done with c's result
+// (not copied), and buffers the index writes that go with it.
+func completeRecord(t *engine.Txn, id []byte, rec *backend.Record, token uint64, c *backend.Completion) {
+	rec.State, rec.Result = backend.StateDone, &c.Result
+	rec.DoneAt, rec.ExpiresAt, rec.Recovered = c.At, c.ExpiresAt, c.Recovered
+	rec.EndAttempt(token, c.Ending)
+	rec.Checks, rec.NextCheck, rec.Attention, rec.Owner = 0, time.Time{}, false, ""
+	ended(t, id, c.At, c.ExpiresAt)
 }
 
 // Release implements Backend.

@@ -43,7 +43,7 @@ func checkCodec(t *testing.T, r *Record) {
 	// Decode from a copy that is overwritten afterwards: the record must
 	// hold none of it.
 	scratch := bytes.Clone(got)
-	fast, ok := decodeFast(scratch)
+	fast, ok := decodeFast(scratch, nil)
 	if !ok {
 		t.Fatalf("the fast decoder refused the encoding %x", got)
 	}
@@ -80,6 +80,23 @@ func checkDecode(t *testing.T, b []byte) {
 	if err != nil && !errors.As(err, &ce) {
 		t.Fatalf("decode error is not a *CorruptError: %v", err)
 	}
+	// Into a space that holds another record (every field, a result with
+	// a header, one attempt): the same answer, nothing of the other left.
+	sp := new(Space)
+	if _, err := UnmarshalInto(Marshal(benchRecords()["http"]), sp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UnmarshalInto(Marshal(benchRecords()["done"]), sp); err != nil {
+		t.Fatal(err)
+	}
+	scratch = bytes.Clone(b)
+	into, ierr := UnmarshalInto(scratch, sp)
+	for i := range scratch {
+		scratch[i] = 0xc1
+	}
+	if (ierr == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(into, got)) {
+		t.Fatalf("UnmarshalInto(%x) = %+v, %v; Unmarshal %+v, %v", b, into, ierr, got, err)
+	}
 	if !checkMsgpack(b) {
 		if err == nil {
 			t.Fatalf("Unmarshal decodes %x, which checkMsgpack refuses", b)
@@ -100,7 +117,7 @@ func checkDecode(t *testing.T, b []byte) {
 	case !reflect.DeepEqual(got, want):
 		t.Fatalf("Unmarshal(%x) differs from the reference\n got %+v\nwant %+v", b, got, want)
 	}
-	if fast, ok := decodeFast(b); ok {
+	if fast, ok := decodeFast(b, nil); ok {
 		var ref Record
 		if err := unmarshalMsgpack(b, &ref); err != nil {
 			t.Fatalf("the fast decoder accepts %x, msgpack refuses it: %v", b, err)
@@ -189,7 +206,7 @@ func TestCodec_Reference_Edges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := decodeFast(golden); !ok {
+	if _, ok := decodeFast(golden, nil); !ok {
 		t.Fatal("the fast decoder refuses the golden record")
 	}
 	checkDecode(t, golden)

@@ -17,6 +17,14 @@ import (
 // form that msgpack reads goes to msgpack (fallback.go), so that nothing
 // msgpack reads is refused or read differently.
 func Unmarshal(b []byte) (rec *Record, err error) {
+	return UnmarshalInto(b, nil)
+}
+
+// UnmarshalInto is Unmarshal into sp, if not nil: a record the fast path
+// reads is put in sp, and only its strings and body are allocated; one in
+// another form comes in a new allocation, as Unmarshal returns it. The
+// record returned is valid until sp is decoded into again.
+func UnmarshalInto(b []byte, sp *Space) (rec *Record, err error) {
 	// msgpack panics on some malformed input (a nil where a struct is
 	// expected, found by FuzzUnmarshalRecord).
 	defer func() {
@@ -28,9 +36,9 @@ func Unmarshal(b []byte) (rec *Record, err error) {
 	// whose checksum fails is read whole, as format 1 (which had none):
 	// it must then say format 1, which no flipped bit of the version 2
 	// makes it say.
-	r, err := decode(b[:max(0, len(b)-sumLen)])
+	r, err := decode(b[:max(0, len(b)-sumLen)], sp)
 	if !sealed(b) || err != nil || r.Format < 2 {
-		if r, err = decode(b); err != nil {
+		if r, err = decode(b, sp); err != nil {
 			return nil, err
 		}
 		if r.Format >= 2 {
@@ -55,8 +63,8 @@ func sealed(b []byte) bool {
 }
 
 // decode decodes one map, by the fast path or else by msgpack.
-func decode(b []byte) (*Record, error) {
-	if r, ok := decodeFast(b); ok {
+func decode(b []byte, sp *Space) (*Record, error) {
+	if r, ok := decodeFast(b, sp); ok {
 		return r, nil
 	}
 	return decodeMsgpack(b)
@@ -93,7 +101,7 @@ type decoder struct {
 // Its switch over the fields writes to local variables: moved to a
 // function that writes through a pointer, decoding was 5 to 10% slower
 // (a write barrier for every string and time).
-func decodeFast(in []byte) (*Record, bool) {
+func decodeFast(in []byte, sp *Space) (*Record, bool) {
 	d := decoder{in: in, headerAt: -1}
 	n, ok := d.mapLen()
 	if !ok {
@@ -204,12 +212,13 @@ func decodeFast(in []byte) (*Record, bool) {
 		}
 		seen |= bit
 	}
-	return d.finish(&r, &res, hasResult, &one, single), true
+	return d.finish(&r, &res, hasResult, &one, single, sp), true
 }
 
 // finish moves the record's strings out of d.in and boxes it, with res if
-// it has a result and one if it has a single attempt.
-func (d *decoder) finish(r *Record, res *Result, hasResult bool, one *Attempt, single bool) *Record {
+// it has a result and one if it has a single attempt: in sp if not nil,
+// else in a new box.
+func (d *decoder) finish(r *Record, res *Result, hasResult bool, one *Attempt, single bool, sp *Space) *Record {
 	if !hasResult {
 		res = nil
 	}
@@ -217,6 +226,9 @@ func (d *decoder) finish(r *Record, res *Result, hasResult bool, one *Attempt, s
 		one = nil
 	}
 	d.own(r, res, one)
+	if sp != nil {
+		return (*resultRecordBox)(sp).fill(r, res, one)
+	}
 	return Box(r, res, one)
 }
 

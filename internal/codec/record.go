@@ -109,20 +109,38 @@ type (
 // Result (if not nil, else a nil Result) and a copy of one as its only
 // attempt (if not nil, else the attempts of r). The copies are shallow.
 func Box(r *Record, res *Result, one *Attempt) *Record {
-	var c *Record
-	var att *[1]Attempt
 	if res != nil {
-		b := &resultRecordBox{rec: *r, res: *res}
-		c, att = &b.rec, &b.att
-		c.Result = &b.res
-	} else {
-		b := &recordBox{rec: *r}
-		c, att = &b.rec, &b.att
-		c.Result = nil
+		return new(resultRecordBox).fill(r, res, one)
 	}
+	b := &recordBox{rec: *r}
+	b.rec.Result = nil
+	return b.rec.attach(&b.att, one)
+}
+
+// fill puts copies of r, res (its Result, if not nil) and one (its only
+// attempt, if not nil) in b, and returns b's record.
+func (b *resultRecordBox) fill(r *Record, res *Result, one *Attempt) *Record {
+	b.rec = *r
+	if res != nil {
+		b.res = *res
+		b.rec.Result = &b.res
+	} else {
+		b.rec.Result = nil
+	}
+	return b.rec.attach(&b.att, one)
+}
+
+// attach makes a copy of one, in att, r's only attempt, if one is not nil.
+func (r *Record) attach(att *[1]Attempt, one *Attempt) *Record {
 	if one != nil {
 		att[0] = *one
-		c.Attempts = att[:]
+		r.Attempts = att[:]
 	}
-	return c
+	return r
 }
+
+// Space is room for a record, its result and its only attempt, for
+// UnmarshalInto: a caller that decodes a record only to rewrite it keeps
+// one and reuses it, so that the decode allocates only the record's
+// strings and body.
+type Space resultRecordBox
