@@ -47,11 +47,17 @@ func NewFilter(keys []uint32, bitsPerKey int) Filter {
 }
 
 // BloomBitsPerKey returns the bits per key required by bloomfilter based on
-// the false positive rate.
+// the false positive rate: -ln(fp)/ln(2)^2, rounded up (10 for 1%).
+// numEntries does not change it. Released Badger multiplied that by ln(2)
+// once more, which is the filter's number of probes, not its bits per key:
+// 7 bits per key and 4 probes for 1%, a filter that answers "maybe" for
+// about 3.6% of the keys it does not hold (dgraph-io/badger#1763, #1773).
 func BloomBitsPerKey(numEntries int, fp float64) int {
-	size := -1 * float64(numEntries) * math.Log(fp) / math.Pow(float64(0.69314718056), 2)
-	locs := math.Ceil(float64(0.69314718056) * size / float64(numEntries))
-	return int(locs)
+	if !(fp > 0) || fp >= 1 {
+		fp = 0.01 // no filter is asked for with fp 0 (Options), nor can one be of 1
+	}
+	bits := math.Ceil(-math.Log(fp) / (math.Ln2 * math.Ln2))
+	return int(min(bits, 64))
 }
 
 func appendFilter(buf []byte, keys []uint32, bitsPerKey int) []byte {
