@@ -89,8 +89,8 @@ func (o *cycleOp) complete(t *engine.Txn) error {
 	if err != nil {
 		return err
 	}
-	if rec == nil || rec.State != backend.StateInProgress || rec.Token != o.token {
-		return &backend.FencedError{Scope: o.scope, Key: o.key, Token: o.token}
+	if err := fence(rec, backend.StateInProgress, o.scope, o.key, o.token); err != nil {
+		return err
 	}
 	// The body is not copied: set encodes rec before Complete returns,
 	// and keeps only the encoding.

@@ -227,12 +227,21 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		if err != nil {
 			return err
 		}
-		if rec == nil || rec.State != state || rec.Token != token {
-			return &backend.FencedError{Scope: scope, Key: key, Token: token}
+		if err := fence(rec, state, scope, key, token); err != nil {
+			return err
 		}
 		return b.putAt(t, id, rk, rec, fn(t, id, rec))
 	})
 	return backend.Unavailable(op, err)
+}
+
+// fence returns a *backend.FencedError for (scope, key, token) unless
+// rec, the key's record, is in state with token.
+func fence(rec *backend.Record, state backend.State, scope, key string, token uint64) error {
+	if rec == nil || rec.State != state || rec.Token != token {
+		return &backend.FencedError{Scope: scope, Key: key, Token: token}
+	}
+	return nil
 }
 
 // ended files the expiry index entry of a record that ended at `at` and
