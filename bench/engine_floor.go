@@ -111,8 +111,12 @@ func (s *Suite) measureFloor(ctx context.Context, f engineFloor, dir string, key
 		}
 		return err
 	}
-	rate, err := run(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op)
-	return rate, map[string]any{"idle_wait_ms": idleMs}, err
+	rate, per, err := runCosted(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op, "")
+	if per == nil {
+		per = map[string]any{}
+	}
+	per["idle_wait_ms"] = idleMs
+	return rate, per, err
 }
 
 // addContenderInfo lists c among the run's contenders, once.

@@ -153,8 +153,12 @@ func (s *Suite) diskReplayRun(ctx context.Context, c Contender, ids []string) er
 				a, err := cl.Begin(ctx, k, benchFP)
 				return replayed(k, a, err)
 			}
-			rate, err := run(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op)
-			s.add(ids[j], c.Name, rate, map[string]any{"open_ms": openMs, "idle_wait_ms": idleMs}, err)
+			rate, per, err := runCosted(ctx, g, s.plan.Warm, s.plan.Duration, s.plan.MaxOps, op, "")
+			if per == nil {
+				per = map[string]any{}
+			}
+			per["open_ms"], per["idle_wait_ms"] = openMs, idleMs
+			s.add(ids[j], c.Name, rate, per, err)
 			s.logf("  rep %d %-14s %-15s %10.0f replays/s (reopen %.0f ms, then %.0f ms until idle)", rep+1, ids[j],
 				c.Name, rate, openMs, idleMs)
 			if hasFloor {
