@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/idemkit/idem/backend"
 	"github.com/redis/go-redis/v9"
@@ -38,7 +39,25 @@ func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
 	return decodeStored(vals)
 }
 
-// decodeStored decodes HMGET's answer for recordFields. A claim is
+// claimFields are what Claim's read first fetches: the bytes, the version
+// and the token, without the count fields, which Claim need not add
+// (backend.Tallier). Three fields rather than eight is less for the
+// server to find and send and for the client to parse on every replay
+// that misses the Store's cache.
+var claimFields = recordFields[:3]
+
+// readForClaim reads the record of k as Claim's read first does: its
+// counts are those of its bytes alone, and counted is zero.
+func (b *Backend) readForClaim(ctx context.Context, k keys) (stored, error) {
+	vals, err := b.c.HMGet(ctx, k.rec, claimFields...).Result()
+	if err != nil {
+		return stored{}, err
+	}
+	return decodeStored(vals)
+}
+
+// decodeStored decodes HMGET's answer for recordFields, or for
+// claimFields, which leave the counts of the count fields out. A claim is
 // written with token 0 in its bytes, since the script that writes it
 // draws the token: field t holds it, and decodeStored puts it in the
 // record and in the claim's attempt. The count fields are added to the
@@ -49,7 +68,9 @@ func decodeStored(vals []any) (stored, error) {
 	if vals[0] == nil || ver == "" {
 		return stored{ver: "0"}, nil
 	}
-	rec, err := backend.DecodeRecord([]byte(bs))
+	// DecodeRecord copies what it keeps: the bytes need no copy of
+	// their own.
+	rec, err := backend.DecodeRecord(unsafe.Slice(unsafe.StringData(bs), len(bs)))
 	if err != nil {
 		return stored{ver: ver}, err
 	}
@@ -71,6 +92,9 @@ func decodeStored(vals []any) (stored, error) {
 			return time.Unix(0, n)
 		}
 		return time.Time{}
+	}
+	if len(vals) < len(recordFields) {
+		return stored{rec: rec, ver: ver}, nil // claimFields
 	}
 	counted := backend.Tally{Replays: num(3), Conflicts: num(4), Mismatches: num(5), LastReplay: at(6), LastRejection: at(7)}
 	rec.AddTally(counted)
@@ -227,8 +251,15 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		// first, with a plain HMGET, cheaper on the server than the
 		// script.
 		var err error
-		if cur, err = b.read(ctx, k); err != nil {
+		if cur, err = b.readForClaim(ctx, k); err != nil {
 			return nil, false, backend.Unavailable("claim", err)
+		}
+		if r := cur.rec; r != nil && (r.State == backend.StateReleased || r.Expired(args.Now)) {
+			// To be claimed over: its count fields decide what the
+			// claim's bytes carry on, so read it whole.
+			if cur, err = b.read(ctx, k); err != nil {
+				return nil, false, backend.Unavailable("claim", err)
+			}
 		}
 	}
 	for {
