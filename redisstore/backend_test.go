@@ -293,3 +293,60 @@ func TestBackend_Reclaim_WithinTheMillisecondOfExpiry(t *testing.T) {
 		t.Fatalf("Reclaim at expiry = %v, %v", refs, err)
 	}
 }
+
+// A released record is claimed over with its counts, whether Claim wrote
+// first or read first (after replays, it reads the bytes, version and
+// token alone, and reads a record it claims over again, whole).
+func TestBackend_Claim_OverReleasedKeepsCounts(t *testing.T) {
+	for _, readFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("readFirst=", readFirst), func(t *testing.T) {
+			b := newBackend(t, client(t), nil)
+			now := time.Now()
+			rec, claimed, err := b.Claim(ctx, "s", "r", claimArgs(now))
+			if err != nil || !claimed {
+				t.Fatalf("claim: %v %v", claimed, err)
+			}
+			if err := b.AddTallies(ctx, []backend.Tally{{Scope: "s", Key: "r", Conflicts: 3, LastRejection: now}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Release(ctx, "s", "r", rec.Token, backend.Releasing{At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if readFirst {
+				// Replays turn Claim to reading first.
+				for i := range 20 {
+					k := fmt.Sprint("d", i)
+					d, _, err := b.Claim(ctx, "s", k, claimArgs(now))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := b.Complete(ctx, "s", k, d.Token, backend.Completion{Result: backend.Result{Status: 200}, At: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 2 {
+					for i := range 20 {
+						got, claimed, err := b.Claim(ctx, "s", fmt.Sprint("d", i), claimArgs(now))
+						if err != nil || claimed || got.State != backend.StateDone || got.Result == nil || got.Result.Status != 200 {
+							t.Fatalf("replay: %+v %v %v", got, claimed, err)
+						}
+					}
+				}
+			}
+			again, claimed, err := b.Claim(ctx, "s", "r", claimArgs(now))
+			if err != nil || !claimed {
+				t.Fatalf("claim over the released record: %v %v", claimed, err)
+			}
+			if again.Token <= rec.Token || again.Claims != 2 {
+				t.Fatalf("claim over: token %d after %d, claims %d", again.Token, rec.Token, again.Claims)
+			}
+			got, err := b.Get(ctx, "s", "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Conflicts != 3 || got.Claims != 2 || got.State != backend.StateInProgress {
+				t.Fatalf("after the claim over: conflicts %d, claims %d, state %v", got.Conflicts, got.Claims, got.State)
+			}
+		})
+	}
+}
