@@ -46,8 +46,8 @@
 // mismatch; a released or expired record is claimed over its version).
 // The claim's bytes carry token 0 and field t the token the script drew;
 // a read puts it in. While most of its recent calls found a record,
-// Claim reads first with a plain HMGET instead, so that a replay costs
-// the server a read, not a script. The Backend keeps the open claims it
+// Claim reads first with a plain HMGET of the bytes, version and token
+// instead, so that a replay costs the server a read, not a script. The Backend keeps the open claims it
 // made, with the version it wrote (up to 16,384): Complete, Release,
 // Extend, Hold and Defer of one of them write over that version in one
 // round trip, and read first only when the record changed since.
