@@ -314,7 +314,10 @@ func missNotes() map[string]string {
 			"into the op's own space, so a cycle allocates about 3.4 KB (4.7 KB before). Under load the log " +
 			"write itself took 380-770 µs in probes (219-249 µs in later ones, 16 ops a group, against 151-156 " +
 			"µs for a lone write on the idle disk), the disk shared with the tables' writes and other " +
-			"processes; two log writes in flight, tried again, were 14% slower. Closing it: fewer hand-offs between " +
+			"processes; two log writes in flight, tried again, were 14% slower. The tables' syncs bound what the " +
+			"disk's sharing costs: with them skipped (unsafe, to measure only) a cycle ran 7-15% faster, and " +
+			"level 0 compacted at 16 tables rather than 8 wrote 8% fewer bytes for 2-4% more cycles, not kept " +
+			"for what it may cost reads (results/notes/engine-runs.md). Closing it: fewer hand-offs between " +
 			"goroutines per op and less CPU per op where the clients are woken, so that the bursts drain sooner.",
 		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, the claim's and " +
 			"the result's, which the twowrites contender does and nothing else. Probes of one op (medians of three " +
