@@ -46,6 +46,26 @@ func DecodeRecord(b []byte) (*Record, error) {
 	return decodeRecord(b, nil)
 }
 
+// EncodeResult encodes res alone, in the form a record's encoding holds
+// its result (msgpack's, which msgpack.Unmarshal of a Result also reads):
+// for a backend that keeps the result apart from the rest of the record,
+// as pgstore keeps it in a column of its own.
+func EncodeResult(res *Result) []byte {
+	return codec.AppendResult(nil, (*codec.Result)(res))
+}
+
+// DecodeResult decodes a result that EncodeResult, or msgpack.Marshal of a
+// Result, wrote. Corrupt bytes give an error wrapping ErrCorrupt, never a
+// panic; bytes after the result are ignored. The result keeps no
+// reference to b.
+func DecodeResult(b []byte) (*Result, error) {
+	res, err := codec.UnmarshalResult(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return (*Result)(res), nil
+}
+
 // RecordSpace is room to decode one record into. A backend that decodes
 // a record only to rewrite it within one operation (a completion reading
 // the claim it ends) keeps one per operation and reuses it: decoding then

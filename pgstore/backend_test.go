@@ -514,6 +514,7 @@ func TestBackend_CorruptRows(t *testing.T) {
 		{"unknown state", "state = 7"},
 		{"done without result", "state = 2, result = NULL, expires_at = 9223372036854775807"},
 		{"result not msgpack", `state = 2, result = '\xc1', expires_at = 9223372036854775807`},
+		{"result cut short", `state = 2, result = '\x81a162c4106162', expires_at = 9223372036854775807`},
 		{"story not an array", `attempts = '{"t": 1}'`},
 		{"attempt without a token", `attempts = '[{"c": 1}]'`},
 	} {

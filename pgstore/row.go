@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemkit/idem/backend"
 	"github.com/jackc/pgx/v5"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Record states as stored in the state column.
@@ -174,11 +173,11 @@ func (r *row) check() error {
 
 // decodeResult decodes the result column of a done record.
 func (r *row) decodeResult() (*backend.Result, error) {
-	var res backend.Result
-	if err := msgpack.Unmarshal(r.result, &res); err != nil {
-		return nil, r.corrupt("result: %v", err)
+	res, err := backend.DecodeResult(r.result)
+	if err != nil {
+		return nil, fmt.Errorf("%w (pgstore: the result of record %q in scope %q)", err, r.key, r.scope)
 	}
-	return &res, nil
+	return res, nil
 }
 
 // briefColumns are what a replay reads (backend.ClaimArgs.Brief), in the order
@@ -245,13 +244,10 @@ func decodeAttempts(b []byte) ([]backend.Attempt, error) {
 }
 
 // encodeResult encodes a result for the result column, in the msgpack
-// encoding idem's record codec (internal/codec) uses for it.
+// encoding idem's record codec uses for it (backend.EncodeResult), which
+// every release reads.
 func encodeResult(res *backend.Result) ([]byte, error) {
-	b, err := msgpack.Marshal(res)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: encode result: %w", err)
-	}
-	return b, nil
+	return backend.EncodeResult(res), nil
 }
 
 // encodeTime gives the stored form of t: Unix nanoseconds, the smallest

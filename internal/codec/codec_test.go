@@ -147,6 +147,9 @@ func TestCodec_Reference_Generated(t *testing.T) {
 	for i := range n {
 		r := genRecord(rng)
 		checkCodec(t, r)
+		if r.Result != nil {
+			checkResultCodec(t, r.Result) // the same map, encoded alone
+		}
 		if t.Failed() {
 			t.Fatalf("record %d", i)
 		}

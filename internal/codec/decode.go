@@ -240,15 +240,7 @@ func (d *decoder) own(r *Record, res *Result, one *Attempt) {
 		d.ownString(s)
 	}
 	if res != nil {
-		d.ownString(&res.Error)
-		if res.Body != nil {
-			start := len(d.mem)
-			d.mem = append(d.mem, res.Body...)
-			res.Body = d.mem[start:len(d.mem):len(d.mem)]
-		}
-		if d.headerAt >= 0 {
-			res.Header = d.readHeader()
-		}
+		d.ownResult(res)
 	}
 	if one != nil {
 		d.ownAttempt(one)
@@ -256,6 +248,42 @@ func (d *decoder) own(r *Record, res *Result, one *Attempt) {
 	for i := range r.Attempts {
 		d.ownAttempt(&r.Attempts[i])
 	}
+}
+
+// ownResult moves res's error and body into d.mem and builds its header
+// there.
+func (d *decoder) ownResult(res *Result) {
+	d.ownString(&res.Error)
+	if res.Body != nil {
+		start := len(d.mem)
+		d.mem = append(d.mem, res.Body...)
+		res.Body = d.mem[start:len(d.mem):len(d.mem)]
+	}
+	if d.headerAt >= 0 {
+		res.Header = d.readHeader()
+	}
+}
+
+// UnmarshalResult decodes a result encoded alone (AppendResult, or
+// msgpack.Marshal of a Result): by the fast path when it is in the form
+// AppendResult writes, else by msgpack, so that nothing msgpack reads is
+// refused or read differently. Bytes that are not a result give a
+// *CorruptError, never a panic; bytes after it are ignored. The result
+// keeps no reference to b.
+func UnmarshalResult(b []byte) (res *Result, err error) {
+	d := decoder{in: b, headerAt: -1}
+	var r Result
+	if d.result(&r) {
+		d.mem = make([]byte, 0, d.size)
+		d.ownResult(&r)
+		return &r, nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			res, err = nil, &CorruptError{Reason: fmt.Sprintf("undecodable result: %v", v)}
+		}
+	}()
+	return decodeResultMsgpack(b)
 }
 
 // ownString moves s into d.mem.

@@ -181,22 +181,7 @@ func appendMap(b []byte, r *Record) []byte {
 	b = appendTime(append(b, "\xa2ex"...), r.ExpiresAt)
 	b = appendInt64(append(b, "\xa2rt"...), int64(r.Retention))
 	if res := r.Result; res != nil {
-		b = appendMapLen(append(b, "\xa1r"...), resultFields(res))
-		if res.Status != 0 {
-			b = appendInt(append(b, "\xa1s"...), int64(res.Status))
-		}
-		if len(res.Header) > 0 {
-			b = appendHeader(append(b, "\xa1h"...), res.Header)
-		}
-		if len(res.Body) > 0 {
-			b = appendBin(append(b, "\xa1b"...), res.Body)
-		}
-		if res.Error != "" {
-			b = appendStr(append(b, "\xa1e"...), res.Error)
-		}
-		if res.Truncated {
-			b = append(b, "\xa1t\xc3"...)
-		}
+		b = appendResult(append(b, "\xa1r"...), res)
 	}
 	b = appendTime(append(b, "\xa2fs"...), r.FirstSeen)
 	b = appendTime(append(b, "\xa2ca"...), r.ClaimedAt)
@@ -242,6 +227,33 @@ func appendMap(b []byte, r *Record) []byte {
 	}
 	if !r.LastRejection.IsZero() {
 		b = appendTime(append(b, "\xa2lj"...), r.LastRejection)
+	}
+	return b
+}
+
+// AppendResult appends the encoding of res alone, the map a record holds
+// under "r": what msgpack.Marshal writes for a Result (its omitempty
+// fields, in another order and with the smallest integer forms), and what
+// UnmarshalResult and msgpack read.
+func AppendResult(b []byte, res *Result) []byte { return appendResult(b, res) }
+
+// appendResult appends res's map.
+func appendResult(b []byte, res *Result) []byte {
+	b = appendMapLen(b, resultFields(res))
+	if res.Status != 0 {
+		b = appendInt(append(b, "\xa1s"...), int64(res.Status))
+	}
+	if len(res.Header) > 0 {
+		b = appendHeader(append(b, "\xa1h"...), res.Header)
+	}
+	if len(res.Body) > 0 {
+		b = appendBin(append(b, "\xa1b"...), res.Body)
+	}
+	if res.Error != "" {
+		b = appendStr(append(b, "\xa1e"...), res.Error)
+	}
+	if res.Truncated {
+		b = append(b, "\xa1t\xc3"...)
 	}
 	return b
 }

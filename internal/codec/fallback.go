@@ -29,6 +29,20 @@ func decodeMsgpack(b []byte) (*Record, error) {
 	return r, nil
 }
 
+// decodeResultMsgpack decodes a result alone with msgpack, if the walk
+// that checkMsgpack makes of a record lets it.
+func decodeResultMsgpack(b []byte) (*Result, error) {
+	w := msgpackWalker{b: b}
+	if !w.structure(resultLayout()) {
+		return nil, &CorruptError{Reason: "undecodable result (truncated, unexpected type or nested too deep)"}
+	}
+	r := new(Result)
+	if err := msgpack.Unmarshal(b, r); err != nil {
+		return nil, &CorruptError{Reason: err.Error()}
+	}
+	return r, nil
+}
+
 // checkMsgpack reports whether msgpack.Unmarshal reads a Record from b
 // without failing on a type code or the end of the input, and nests at most
 // msgpackMaxDepth deep.
