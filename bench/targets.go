@@ -341,7 +341,12 @@ func missNotes() map[string]string {
 			"extra 5 KB were Badger's memtable log, which idem no longer writes: docs/engine.md, \"One log\".) " +
 			"What is left is CPU and latency around the two writes: on this machine a synced O_DIRECT write " +
 			"costs about as much CPU as it takes (the cycle rows' CPU per op: twowrites 71 µs, idem about 200 µs " +
-			"at one goroutine), and the probes above put about 40 µs per op of idem's own work beside each write.",
+			"at one goroutine), and the probes above put about 40 µs per op of idem's own work beside each write. " +
+			"It decides the target with the disk: at 150 µs a write the cycle passes, at 85 µs (the run of " +
+			"2026-12-06 16:48) it reads 0.79×. A profile of a lone cycle then still shows the lone op handing its " +
+			"unit to the applier over a channel, whose send wakes the idle processor's thread (8 µs a cycle on " +
+			"the caller's path); a lone op committing its unit to Badger itself is the next step " +
+			"(results/notes/engine-runs.md).",
 		"cycle-32-fast": "Fast mode skips the log write and its wait; at 32 goroutines the durable pipeline's " +
 			"groups share each write, so what is left is the wait for the write before a group's callers run " +
 			"again (see cycle-32).",
