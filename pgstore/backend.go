@@ -594,10 +594,7 @@ func (b *Backend) fenced(ctx context.Context, op, scope, key string, token uint6
 
 // Complete implements backend.Backend.
 func (b *Backend) Complete(ctx context.Context, scope, key string, token uint64, c backend.Completion) error {
-	res, err := encodeResult(&c.Result)
-	if err != nil {
-		return err
-	}
+	res := backend.EncodeResult(&c.Result)
 	return b.fenced(ctx, "complete", scope, key, token, b.q.complete,
 		append([]any{res, encodeTime(c.At), encodeTime(c.ExpiresAt), text(c.Recovered)}, ending(c.Ending)...)...)
 }
@@ -627,10 +624,7 @@ var _ backend.Holder = (*Backend)(nil)
 
 // Reseal implements backend.Resealer.
 func (b *Backend) Reseal(ctx context.Context, scope, key string, token uint64, res backend.Result) error {
-	enc, err := encodeResult(&res)
-	if err != nil {
-		return err
-	}
+	enc := backend.EncodeResult(&res)
 	return b.fenced(ctx, "reseal", scope, key, token, b.q.reseal, enc)
 }
 

@@ -59,12 +59,9 @@ func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uin
 	if token == 0 || token > math.MaxInt64 {
 		return 0, &backend.FencedError{Scope: scope, Key: key, Token: token} // no sequence gives such a token
 	}
-	res, err := encodeResult(&l.Result)
-	if err != nil {
-		return 0, err
-	}
+	res := backend.EncodeResult(&l.Result)
 	var out backend.LateOutcome
-	err = b.run(ctx, "complete late", func(ctx context.Context) error {
+	err := b.run(ctx, "complete late", func(ctx context.Context) error {
 		for range lateRounds {
 			var done bool
 			var err error

@@ -243,13 +243,6 @@ func decodeAttempts(b []byte) ([]backend.Attempt, error) {
 	return out, nil
 }
 
-// encodeResult encodes a result for the result column, in the msgpack
-// encoding idem's record codec uses for it (backend.EncodeResult), which
-// every release reads.
-func encodeResult(res *backend.Result) ([]byte, error) {
-	return backend.EncodeResult(res), nil
-}
-
 // encodeTime gives the stored form of t: Unix nanoseconds, the smallest
 // int64 for the zero time, clamped to the range an int64 holds (Go's
 // UnixNano is undefined outside it).

@@ -100,10 +100,7 @@ func (e *txEffect) Commit(ctx context.Context, scope, key string, token uint64, 
 		return errors.New("pgstore: DoTx: no transaction to commit")
 	}
 	defer e.Rollback(ctx)
-	res, err := encodeResult(&comp.Result)
-	if err != nil {
-		return err
-	}
+	res := backend.EncodeResult(&comp.Result)
 	fenced := &backend.FencedError{Scope: scope, Key: key, Token: token}
 	if token == 0 || token > math.MaxInt64 {
 		return fenced
