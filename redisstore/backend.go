@@ -30,9 +30,10 @@ type stored struct {
 // rejection's times in Unix nanoseconds).
 var recordFields = []string{"b", "v", "t", "rp", "cf", "mm", "lr", "lj"}
 
-// read reads the record of k.
-func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
-	vals, err := b.c.HMGet(ctx, k.rec, recordFields...).Result()
+// read reads the record of k: its fields (recordFields, or claimFields
+// for Claim's read first).
+func (b *Backend) read(ctx context.Context, k keys, fields []string) (stored, error) {
+	vals, err := b.c.HMGet(ctx, k.rec, fields...).Result()
 	if err != nil {
 		return stored{}, err
 	}
@@ -45,16 +46,6 @@ func (b *Backend) read(ctx context.Context, k keys) (stored, error) {
 // server to find and send and for the client to parse on every replay
 // that misses the Store's cache.
 var claimFields = recordFields[:3]
-
-// readForClaim reads the record of k as Claim's read first does: its
-// counts are those of its bytes alone, and counted is zero.
-func (b *Backend) readForClaim(ctx context.Context, k keys) (stored, error) {
-	vals, err := b.c.HMGet(ctx, k.rec, claimFields...).Result()
-	if err != nil {
-		return stored{}, err
-	}
-	return decodeStored(vals)
-}
 
 // decodeStored decodes HMGET's answer for recordFields, or for
 // claimFields, which leave the counts of the count fields out. A claim is
@@ -251,13 +242,13 @@ func (b *Backend) Claim(ctx context.Context, scope, key string, args backend.Cla
 		// first, with a plain HMGET, cheaper on the server than the
 		// script.
 		var err error
-		if cur, err = b.readForClaim(ctx, k); err != nil {
+		if cur, err = b.read(ctx, k, claimFields); err != nil {
 			return nil, false, backend.Unavailable("claim", err)
 		}
 		if r := cur.rec; r != nil && (r.State == backend.StateReleased || r.Expired(args.Now)) {
 			// To be claimed over: its count fields decide what the
 			// claim's bytes carry on, so read it whole.
-			if cur, err = b.read(ctx, k); err != nil {
+			if cur, err = b.read(ctx, k, recordFields); err != nil {
 				return nil, false, backend.Unavailable("claim", err)
 			}
 		}
@@ -390,7 +381,7 @@ func (b *Backend) fencedIn(ctx context.Context, op, scope, key string, token uin
 		}
 	}
 	for {
-		s, err := b.read(ctx, k)
+		s, err := b.read(ctx, k, recordFields)
 		if err != nil {
 			return backend.Unavailable(op, err)
 		}
@@ -482,7 +473,7 @@ func (b *Backend) Get(ctx context.Context, scope, key string) (*backend.Record, 
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
-	s, err := b.read(ctx, b.keysOf(scope, key))
+	s, err := b.read(ctx, b.keysOf(scope, key), recordFields)
 	if err != nil {
 		return nil, backend.Unavailable("get", err)
 	}

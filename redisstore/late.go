@@ -16,7 +16,7 @@ func (b *Backend) CompleteLate(ctx context.Context, scope, key string, token uin
 	}
 	k := b.keysOf(scope, key)
 	for {
-		s, err := b.read(ctx, k)
+		s, err := b.read(ctx, k, recordFields)
 		if err != nil {
 			return 0, backend.Unavailable("complete late", err)
 		}
