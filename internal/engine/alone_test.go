@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/badger"
 	"github.com/stretchr/testify/require"
 )
 
@@ -244,4 +246,46 @@ func TestUpdate_PanicAloneBreaksTheEngine(t *testing.T) {
 		require.False(t, ok, "%s was never answered", k)
 	}
 	put(t, e, "again", "v")
+}
+
+// TestUpdate_LoneUnitsWakeTheApplierInBatches checks the lazy hand-over of
+// one-op units to the applier (handApplier): every write is found by a
+// reader at once, the applier is woken once lazyUnits units wait (with no
+// settle to wake it, Badger comes to hold them), and a settle leaves
+// Badger holding every answered write.
+func TestUpdate_LoneUnitsWakeTheApplierInBatches(t *testing.T) {
+	e := openEngine(t, t.TempDir(), Options{Durable: true})
+	inBadger := func(key string) bool {
+		err := e.DB().View(func(txn *badger.Txn) error { _, err := txn.Get([]byte(key)); return err })
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	require.NoError(t, e.View(func(*badger.Txn) error { return nil }))
+
+	// Fewer than fill the applier's channel: only the lazy bound wakes it.
+	n := 2*lazyUnits - 1
+	require.Less(t, n, applyDepth)
+	for i := range n {
+		k := fmt.Sprintf("k%d", i)
+		put(t, e, k, "v")
+		v, ok := read(t, e, k)
+		require.True(t, ok, "an answered write is found at once")
+		require.Equal(t, "v", v)
+	}
+	require.Eventually(t, func() bool {
+		for i := range lazyUnits {
+			if !inBadger(fmt.Sprintf("k%d", i)) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the %dth waiting unit wakes the applier", lazyUnits)
+
+	require.NoError(t, e.View(func(*badger.Txn) error { return nil })) // settles
+	for i := range n {
+		require.True(t, inBadger(fmt.Sprintf("k%d", i)), "k%d is in Badger after a settle", i)
+	}
 }

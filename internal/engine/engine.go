@@ -134,9 +134,13 @@ type Engine struct {
 	retired   atomic.Uint64
 	durable   atomic.Uint64
 	// settleMu and settleCond let scans wait for Badger to hold every
-	// answered write (settle).
+	// answered write (settle); settling counts the waiters.
 	settleMu   sync.Mutex
 	settleCond *sync.Cond
+	settling   atomic.Int32
+	// kick wakes the applier, which sleeps on it whenever it has nothing
+	// to apply (applier, handApplier).
+	kick chan struct{}
 
 	// ops feeds the committer, the only writer; stopped is closed by
 	// Close, and committerDone when the committer returned.
@@ -229,7 +233,7 @@ func open(o Options, lock *os.File) (*Engine, error) {
 	}
 	e := &Engine{db: db, latest: db.NewTransactionLatest(), dir: bo.Dir, ro: bo.ReadOnly, opts: o, lock: lock, lost: lost,
 		ops: make(chan op, maxGroup), stopped: make(chan struct{}), committerDone: make(chan struct{}),
-		role: make(chan struct{}, 1)}
+		role: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 	e.settleCond = sync.NewCond(&e.settleMu)
 	e.space.reserve = o.Reserve
 	if !bo.InMemory {

@@ -164,7 +164,8 @@ func TestRead_SeesTheDurableWriteWhileALaterOneIsPending(t *testing.T) {
 
 	holdApply.Store(true)
 	put(t, e, "k", "first")
-	<-applyHeld // answered, and Badger does not hold it
+	e.wakeApplier() // a lone unit waits for the applier's next wake-up
+	<-applyHeld     // answered, and Badger does not hold it
 	holdLog.Store(true)
 	second := make(chan error, 1)
 	go func() {
@@ -215,7 +216,8 @@ func TestRead_ResidentComesAfterPendingAndBeforeBadger(t *testing.T) {
 
 	hold.Store(true)
 	put(t, e, "k", "pending")
-	<-held // durable, and not in Badger
+	e.wakeApplier() // a lone unit waits for the applier's next wake-up
+	<-held          // durable, and not in Badger
 	v, _ = read(t, e, "k")
 	require.Equal(t, "pending", v, "a durable pending write answers before Resident")
 	hold.Store(false)

@@ -22,6 +22,10 @@ const loneStreak = 4
 // Badger commit: past it, the syncer waits for the applier.
 const applyDepth = 8
 
+// lazyUnits is how many lone units may wait for the applier before the
+// one handing the next over wakes it (handApplier).
+const lazyUnits = 4
+
 // unit is one group: the ops run on one snapshot, and their writes are
 // committed together.
 type unit struct {
@@ -170,7 +174,7 @@ func (e *Engine) alone(fn func(t *Txn) error) error {
 	o := op{fn: fn, done: doneChans.Get().(chan error)}
 	e.run(u, o, e.pipe) // a fresh unit is never handed over: u stays
 	if len(u.ops) > 0 {
-		e.finish(e.seal(u), e.pipe.applied)
+		e.finish(e.seal(u), e.pipe)
 		handed = true
 	}
 	err := <-o.done
@@ -182,6 +186,7 @@ func (e *Engine) alone(fn func(t *Txn) error) error {
 // the applier's queue. Only the committer uses it, or a caller holding
 // its role (alone), which hands its unit to the applier.
 type pipe struct {
+	e       *Engine
 	ready   chan struct{} // the syncer is free and waits for a unit
 	units   chan *unit
 	applied chan *unit // to the applier, in order
@@ -194,7 +199,7 @@ type pipe struct {
 
 // startPipe starts the syncer and the applier.
 func (e *Engine) startPipe() *pipe {
-	p := &pipe{ready: make(chan struct{}), units: make(chan *unit), applied: make(chan *unit, applyDepth),
+	p := &pipe{e: e, ready: make(chan struct{}), units: make(chan *unit), applied: make(chan *unit, applyDepth),
 		quit: make(chan struct{}), syncerDone: make(chan struct{}), applierDone: make(chan struct{})}
 	go e.syncer(p)
 	go e.applier(p.applied, p.applierDone)
@@ -224,6 +229,7 @@ func (p *pipe) stop() {
 	close(p.quit)
 	<-p.syncerDone
 	close(p.applied)
+	p.e.wakeApplier()
 	<-p.applierDone
 }
 
