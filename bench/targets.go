@@ -343,10 +343,14 @@ func missNotes() map[string]string {
 			"costs about as much CPU as it takes (the cycle rows' CPU per op: twowrites 71 µs, idem about 200 µs " +
 			"at one goroutine), and the probes above put about 40 µs per op of idem's own work beside each write. " +
 			"It decides the target with the disk: at 150 µs a write the cycle passes, at 85 µs (the run of " +
-			"2026-12-06 16:48) it reads 0.79×. A profile of a lone cycle then still shows the lone op handing its " +
-			"unit to the applier over a channel, whose send wakes the idle processor's thread (8 µs a cycle on " +
-			"the caller's path); a lone op committing its unit to Badger itself is the next step " +
-			"(results/notes/engine-runs.md).",
+			"2026-12-06 16:48) it reads 0.79×. The lone op then handed its unit to the applier over a channel " +
+			"whose send woke the idle processor's thread, 8.6-8.7 µs an op on the caller's path; since a8cc5f2 " +
+			"the applier is woken once four lone units wait, or when something needs Badger to hold them " +
+			"(docs/engine.md, \"The applier, woken in batches\"): +11% cycles/s and -25% CPU a cycle in the " +
+			"library's benchmark (four alternated pairs), and four full runs of the cycle workload in the ten " +
+			"minutes after gave 0.80-1.22× twowrites (median 0.89×), each under load at some point. What is " +
+			"left on the caller's path besides the write is about 10 µs an op of CPU (the op 3-4 µs, the log's " +
+			"checkpoints 2-3 µs amortized, the Store and backend around them) (results/notes/engine-runs.md).",
 		"cycle-32-fast": "Fast mode skips the log write and its wait; at 32 goroutines the durable pipeline's " +
 			"groups share each write, so what is left is the wait for the write before a group's callers run " +
 			"again (see cycle-32).",
