@@ -4,7 +4,9 @@
 // durable in idem's log (internal/wal) with one frame and one sync, and
 // answers its ops; an applier then commits the unit to Badger. When ops
 // come one at a time, the committer lends its role to the next caller,
-// which logs its own unit with no goroutine woken on its way. Keys and
+// which logs its own unit with no goroutine woken on its way; the applier
+// is woken for such units only once a few wait, or when something needs
+// Badger to hold every answered write (settle). Keys and
 // values are bytes: the engine knows nothing of records.
 //
 // # Semantics
