@@ -941,7 +941,10 @@ func (db *DB) writeRequests(reqs []*request) error {
 	db.pub.sendUpdates(reqs)
 
 	done(nil)
-	db.opt.Debugf("%d entries written", count)
+	if db.opt.Logger != nil {
+		// Guarded: boxing count for the call allocated on every batch.
+		db.opt.Debugf("%d entries written", count)
+	}
 	return nil
 }
 
@@ -983,11 +986,31 @@ func (db *DB) doWrites(lc *z.Closer) {
 		<-pendingCh
 	}
 
+	// One writer goroutine takes the batches, rather than a goroutine
+	// started for each: a new goroutine's stack grew on every batch in
+	// the memtable's put (copystack), and each batch made a new slice.
+	// pendingCh still lets one batch be written while the next gathers;
+	// once it is taken, the batch before has been written, so its slice
+	// is free to gather the one after.
+	batches := make(chan []*request)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for reqs := range batches {
+			writeRequests(reqs)
+		}
+	}()
+	defer func() {
+		close(batches)
+		<-writerDone
+	}()
+
 	// This variable tracks the number of pending writes.
 	reqLen := new(expvar.Int)
 	y.PendingWritesSet(db.opt.MetricsEnabled, db.opt.Dir, reqLen)
 
 	reqs := make([]*request, 0, 10)
+	spare := make([]*request, 0, 10)
 	for {
 		var r *request
 		select {
@@ -1030,8 +1053,9 @@ func (db *DB) doWrites(lc *z.Closer) {
 		}
 
 	writeCase:
-		go writeRequests(reqs)
-		reqs = make([]*request, 0, 10)
+		batches <- reqs
+		clear(spare)
+		reqs, spare = spare[:0], reqs
 		reqLen.Set(0)
 	}
 }

@@ -158,7 +158,9 @@ func (p *publisher) deleteSubscriber(id uint64) {
 func (p *publisher) sendUpdates(reqs requests) {
 	if p.noOfSubscribers() != 0 {
 		reqs.IncrRef()
-		p.pubCh <- reqs
+		// A copy: doWrites gathers a later batch in this slice once the
+		// write returns, while the publisher may still read it.
+		p.pubCh <- append(requests(nil), reqs...)
 	}
 }
 

@@ -477,6 +477,11 @@ type valueLog struct {
 
 	garbageCh    chan struct{}
 	discardStats *discardStats
+
+	// writeBuf encodes entries for write, which runs for one batch at a
+	// time (doWrites; the stream writer only on a DB taking no other
+	// writes), as its offsets already require.
+	writeBuf bytes.Buffer
 }
 
 func vlogFilePath(dirPath string, fid uint32) string {
@@ -892,17 +897,27 @@ func (vlog *valueLog) write(reqs []*request) error {
 		return nil
 	}
 
-	buf := new(bytes.Buffer)
+	// One batch is written at a time (doWrites), so the buffer is the
+	// log's, reused. The value sizes feed the dynamic threshold, which
+	// only a VLogPercentile above 0 turns on: otherwise they are not
+	// gathered, and not sent to its goroutine once per request.
+	buf := &vlog.writeBuf
+	dynamic := vlog.db.opt.VLogPercentile > 0
 	for i := range reqs {
 		b := reqs[i]
 		b.Ptrs = b.Ptrs[:0]
 		var written, bytesWritten int
-		valueSizes := make([]int64, 0, len(b.Entries))
+		var valueSizes []int64
+		if dynamic {
+			valueSizes = make([]int64, 0, len(b.Entries))
+		}
 		for j := range b.Entries {
 			buf.Reset()
 
 			e := b.Entries[j]
-			valueSizes = append(valueSizes, int64(len(e.Value)))
+			if dynamic {
+				valueSizes = append(valueSizes, int64(len(e.Value)))
+			}
 			if e.skipVlogAndSetThreshold(vlog.db.valueThreshold()) {
 				b.Ptrs = append(b.Ptrs, valuePointer{})
 				continue
@@ -939,7 +954,9 @@ func (vlog *valueLog) write(reqs []*request) error {
 		y.NumBytesWrittenVlogAdd(vlog.opt.MetricsEnabled, int64(bytesWritten))
 
 		vlog.numEntriesWritten += uint32(written)
-		vlog.db.threshold.update(valueSizes)
+		if dynamic {
+			vlog.db.threshold.update(valueSizes)
+		}
 		// We write to disk here so that all entries that are part of the same transaction are
 		// written to the same vlog file.
 		if err := toDisk(); err != nil {

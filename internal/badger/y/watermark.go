@@ -6,24 +6,52 @@
 package y
 
 import (
-	"container/heap"
 	"context"
 	"sync/atomic"
 
 	"github.com/idemkit/idem/internal/ristretto/z"
 )
 
+// uint64Heap is a min-heap of indices. Its push and pop are typed:
+// container/heap's take and return interface values, and boxing an
+// index above 255 allocated on every commit's mark.
 type uint64Heap []uint64
 
-func (u uint64Heap) Len() int            { return len(u) }
-func (u uint64Heap) Less(i, j int) bool  { return u[i] < u[j] }
-func (u uint64Heap) Swap(i, j int)       { u[i], u[j] = u[j], u[i] }
-func (u *uint64Heap) Push(x interface{}) { *u = append(*u, x.(uint64)) }
-func (u *uint64Heap) Pop() interface{} {
-	old := *u
-	n := len(old)
-	x := old[n-1]
-	*u = old[0 : n-1]
+// push adds x.
+func (u *uint64Heap) push(x uint64) {
+	h := append(*u, x)
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if h[p] <= h[i] {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+	*u = h
+}
+
+// pop removes and returns the least index; the heap must not be empty.
+func (u *uint64Heap) pop() uint64 {
+	h := *u
+	x, n := h[0], len(h)-1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		m := 2*i + 1
+		if m >= n {
+			break
+		}
+		if r := m + 1; r < n && h[r] < h[m] {
+			m = r
+		}
+		if h[i] <= h[m] {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*u = h
 	return x
 }
 
@@ -132,13 +160,11 @@ func (w *WaterMark) process(closer *z.Closer) {
 	pending := make(map[uint64]int)
 	waiters := make(map[uint64][]chan struct{})
 
-	heap.Init(&indices)
-
 	processOne := func(index uint64, done bool) {
 		// If not already done, then set. Otherwise, don't undo a done entry.
 		prev, present := pending[index]
 		if !present {
-			heap.Push(&indices, index)
+			indices.push(index)
 		}
 
 		delta := 1
@@ -164,7 +190,7 @@ func (w *WaterMark) process(closer *z.Closer) {
 			}
 			// Even if done is called multiple times causing it to become
 			// negative, we should still pop the index.
-			heap.Pop(&indices)
+			indices.pop()
 			delete(pending, min)
 			until = min
 			loops++
