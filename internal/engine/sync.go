@@ -98,7 +98,7 @@ func (e *Engine) finish(u *unit, p *pipe) {
 // the lone caller's path, about 9 µs on the development machine, where the
 // Badger commit it leads to is off that path anyway. The writes of the
 // units waiting stay in the pending index, where every read finds them
-// (docs/engine.md, "A lone caller").
+// (docs/engine.md, "The applier, woken in batches").
 func (e *Engine) handApplier(p *pipe, u *unit, lazy bool) {
 	select {
 	case p.applied <- u:
