@@ -251,7 +251,8 @@ func (c *Claim) Release(ctx context.Context, reason string) error {
 
 // Hold ends this holder's part but leaves the claim in progress with its
 // lease ended, so that recovery asks the Resolver whether the effect
-// happened. Use it when the outcome is ambiguous.
+// happened, once Options.RecoveryGrace has passed (a write of the effect
+// may still be on its way). Use it when the outcome is ambiguous.
 func (c *Claim) Hold(ctx context.Context) error {
 	return c.end(ctx, DecisionHold, Result{}, heldByHolder, nil)
 }

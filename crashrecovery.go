@@ -197,10 +197,20 @@ func (s *Store) resolveOnce(ctx context.Context, rec *Record, now time.Time) (Ve
 }
 
 // graceEnds is when a stale claim may go to the Resolver: its lease's end
-// plus RecoveryGrace when another live instance holds it (Options.
-// RecoveryGrace), otherwise at once. An orphaned claim has no owner.
+// plus RecoveryGrace when another live instance holds it, or when this
+// instance held it for the Resolver (Options.RecoveryGrace); otherwise at
+// once. An orphaned claim has no owner.
+//
+// A claim this instance held (the Policy's DecisionHold, Claim.Hold, a
+// panic) ended on an outcome its effect did not know: typically a write
+// whose answer never came, which a network path may still be holding. The
+// process is not paused, but that write can still land, so its own sweep
+// waits as long as another instance's would.
 func (s *Store) graceEnds(rec *Record) time.Time {
-	if rec.Owner == "" || rec.Owner == s.owner || s.o.RecoveryGrace <= 0 {
+	if rec.Owner == "" || s.o.RecoveryGrace <= 0 {
+		return time.Time{}
+	}
+	if rec.Owner == s.owner && !s.heldHere(rec) {
 		return time.Time{}
 	}
 	return rec.LeaseEnds.Add(s.o.RecoveryGrace)

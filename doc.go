@@ -58,7 +58,8 @@
 // save it (DecisionSave), release the claim (DecisionRelease) or hold it
 // for recovery (DecisionHold). A panic in the effect is an unknown outcome
 // (it may have acted first): with a Resolver the claim is held for it, and
-// the Resolver decides on the next access or sweep whether it committed;
+// the Resolver decides on the first access or sweep after
+// Options.RecoveryGrace whether it committed;
 // without one, or in a transactional effect (DoTx),
 // which rolls back, the claim is released; either way the panic is
 // re-raised. Done records replay for the retention period, decided by

@@ -48,7 +48,8 @@ func downstreamKeys(t *testing.T, s *idem.Store, req idem.Request, names []strin
 // derived.
 func TestDownstreamKey_StableAcrossRecovery(t *testing.T) {
 	asked := 0
-	s := openStore(t, "", &idem.Options{Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
+	// No grace: the held claim goes to the Resolver at the next attempt.
+	s := openStore(t, "", &idem.Options{RecoveryGrace: -1, Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
 		asked++
 		return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
 	})})

@@ -88,6 +88,76 @@ func TestRecoveryGrace_OwnClaimsDoNotWait(t *testing.T) {
 	require.ErrorIs(t, c.Complete(ctx, idem.Result{}), idem.ErrFenced)
 }
 
+// holdingBackend is a sharedBackend that keeps the note of a held claim
+// in its attempt (backend.Holder), as every shipped backend does.
+type holdingBackend struct {
+	sharedBackend
+	backend.Holder
+}
+
+// A claim its own instance held (an ambiguous outcome: a write whose answer
+// never came may still be held in the network) waits the grace like
+// another instance's, on a backend that keeps the hold's note and on one
+// that does not (the Store remembers it); an unheld claim of the same
+// instance still does not wait.
+func TestRecoveryGrace_OwnHeldClaimsWait(t *testing.T) {
+	for _, holder := range []bool{true, false} {
+		name := "memory note"
+		if holder {
+			name = "backend.Holder"
+		}
+		t.Run(name, func(t *testing.T) {
+			start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			clock := idemtest.NewClock(start)
+			ctx := context.Background()
+			const grace = 2 * testLease
+			bk, err := badgerstore.Open("", badgerstore.Options{InMemory: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = bk.Close() })
+			var b backend.Backend = sharedBackend{bk}
+			if holder {
+				b = holdingBackend{sharedBackend{bk}, bk}
+			}
+			var asked atomic.Int32
+			s := idem.New(b, &idem.Options{Clock: clock, Lease: testLease, SweepInterval: -1, Owner: "a",
+				RecoveryGrace: grace, Resolver: idem.ResolverFunc(func(context.Context, *idem.Record) (idem.Resolution, error) {
+					asked.Add(1)
+					return idem.Resolution{Verdict: idem.VerdictNotCommitted}, nil
+				})})
+			t.Cleanup(func() { _ = s.Close() })
+
+			held, _, err := s.Begin(ctx, idem.Request{Key: "held", Fingerprint: "fp"})
+			require.NoError(t, err)
+			require.NoError(t, held.Hold(ctx))
+			open, _, err := s.Begin(ctx, idem.Request{Key: "open", Fingerprint: "fp"})
+			require.NoError(t, err)
+			require.NotNil(t, open)
+
+			clock.Advance(testLease)
+			rep, err := s.Sweep(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, rep.NotCommitted, "the unheld claim, at once")
+			require.Equal(t, 1, rep.Unresolved, "the held claim, within its grace")
+			require.Equal(t, int32(1), asked.Load())
+			require.ErrorIs(t, open.Release(ctx, "done"), idem.ErrFenced)
+			_, _, err = s.Begin(ctx, idem.Request{Key: "held", Fingerprint: "fp"})
+			var unk *idem.OutcomeUnknownError
+			require.True(t, errors.As(err, &unk), "%v", err)
+			require.True(t, start.Add(grace).Equal(unk.NextCheck), "the grace runs from the hold: %v", unk.NextCheck)
+
+			clock.Advance(grace - testLease)
+			rep, err = s.Sweep(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, rep.NotCommitted)
+			require.Equal(t, int32(2), asked.Load())
+			rec, err := s.Get(ctx, "", "held")
+			require.NoError(t, err)
+			require.Equal(t, idem.StateReleased, rec.State)
+			require.Contains(t, rec.Recovered, "held", "the story keeps why it was held")
+		})
+	}
+}
+
 func TestRecoveryGrace_DefaultIsLease_NegativeIsNone(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	a, b, _ := graceStores(t, clock, 0)

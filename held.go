@@ -66,6 +66,26 @@ func (p *heldNotes) take(rec *Record) string {
 	return why
 }
 
+// has reports whether rec's claim is remembered as held, leaving the
+// note in place.
+func (p *heldNotes) has(rec *Record) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.m[flightKey{rec.Scope, rec.Key, rec.Token}]
+	return ok
+}
+
+// heldHere reports whether rec's claim was held (its open attempt's note
+// says so, or this Store remembers holding it), without taking the note.
+func (s *Store) heldHere(rec *Record) bool {
+	if n := len(rec.Attempts); n > 0 {
+		if a := rec.Attempts[n-1]; a.Token == rec.Token && a.EndedAt.IsZero() && heldReason(a.Reason) {
+			return true
+		}
+	}
+	return s.held.has(rec)
+}
+
 // heldNote returns why rec's claim was held: the note of its open attempt
 // (backend.Holder), or what this Store remembers; empty if neither says.
 func (s *Store) heldNote(rec *Record) string {

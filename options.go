@@ -108,8 +108,12 @@ type Options struct {
 	// waits before it goes to the Resolver: a holder that was paused (a GC
 	// pause, a stopped VM or container, a network path holding its writes)
 	// may still be acting on it, and its effect's write may still arrive.
-	// Default the Lease; negative means no grace. Claims of this instance,
-	// orphaned ones and transactional ones (DoTx) do not wait.
+	// A claim this instance held for the Resolver (the Policy's
+	// DecisionHold, Claim.Hold, a panic) waits too, from the hold: its
+	// outcome was unknown, typically a write whose answer never came, and
+	// that write may still arrive. Default the Lease; negative means no
+	// grace. Other claims of this instance, orphaned ones and transactional
+	// ones (DoTx) do not wait.
 	//
 	// What remains: an effect that is neither transactional nor fenced
 	// downstream (a write that refuses older fencing tokens) and whose holder

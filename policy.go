@@ -12,8 +12,9 @@ const (
 	// errors included (as Stripe replays a saved 500).
 	DecisionSave
 	// DecisionHold leaves the claim in progress with its lease ended, for recovery
-	// to resolve with the Resolver: for ambiguous outcomes such as a
-	// downstream timeout, where running again might do the effect twice.
+	// to resolve with the Resolver once Options.RecoveryGrace has passed: for
+	// ambiguous outcomes such as a downstream timeout, where running again
+	// might do the effect twice.
 	DecisionHold
 )
 

@@ -157,6 +157,9 @@ func ExampleSweep() {
 		log.Fatal(err)
 	}
 	_ = c.Hold(ctx) // the outcome was ambiguous: leave it to recovery
+	// Recovery asks the Resolver once the grace is over (a write the effect
+	// sent may still be on its way).
+	clock.Advance(store.Options().RecoveryGrace)
 
 	res, err := idemadmin.Sweep(ctx, store, &decisions)
 	if err != nil {

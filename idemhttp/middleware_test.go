@@ -375,8 +375,9 @@ func TestMiddleware_OutcomeUnknown(t *testing.T) {
 		}), status: http.StatusOK, body: "ran 2", runs: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := newStore(t, &idem.Options{Clock: newClock(), Policy: holdOn504, Resolver: tc.resolver,
-				RecheckBackoff: 2 * time.Second})
+			clock := newClock()
+			store := newStore(t, &idem.Options{Clock: clock, Policy: holdOn504, Resolver: tc.resolver,
+				RecheckBackoff: 2 * time.Second, RecoveryGrace: 10 * time.Second})
 			var runs atomic.Int32
 			srv := newServer(t, idemhttp.Middleware(store, shared())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if n := runs.Add(1); n == 1 {
@@ -388,7 +389,15 @@ func TestMiddleware_OutcomeUnknown(t *testing.T) {
 			if r := send(t, "POST", srv.URL+"/x", "k", `{}`); r.status != http.StatusGatewayTimeout {
 				t.Fatalf("first: %d", r.status)
 			}
+			// Within the grace the timed-out write may still land
+			// downstream: the Resolver is not asked yet.
 			r := send(t, "POST", srv.URL+"/x", "k", `{}`)
+			if p := r.problem(t); r.status != http.StatusServiceUnavailable || p.Type != idemhttp.ProblemOutcomeUnknown ||
+				r.header.Get("Retry-After") != "10" || runs.Load() != 1 {
+				t.Fatalf("within the grace: %d, Retry-After %q, %d runs: %s", r.status, r.header.Get("Retry-After"), runs.Load(), r.body)
+			}
+			clock.Advance(10 * time.Second)
+			r = send(t, "POST", srv.URL+"/x", "k", `{}`)
 			if r.status != tc.status || r.header.Get("Retry-After") != tc.retryAfter || runs.Load() != tc.runs {
 				t.Fatalf("got %d, Retry-After %q, %d runs: %s", r.status, r.header.Get("Retry-After"), runs.Load(), r.body)
 			}

@@ -63,7 +63,9 @@ func TestHandler_PanicHeldForResolver(t *testing.T) {
 	if err != nil || held.State != idem.StateInProgress || !held.Stale(clock.Now()) {
 		t.Fatalf("record %+v (%v): want held, in progress with its lease ended", held, err)
 	}
-	clock.Advance(time.Second)
+	// The panic may have left a write in flight: the Resolver is asked
+	// once the grace is over.
+	clock.Advance(store.Options().RecoveryGrace)
 	res, err := h(context.Background(), req)
 	if err != nil || res.IsError || !idemmcp.Replayed(res) || textOf(res) != "refunded (ledger)" {
 		t.Fatalf("repeat: err=%v isError=%t replayed=%t text=%q", err, res.IsError, idemmcp.Replayed(res), textOf(res))

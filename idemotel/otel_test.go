@@ -131,7 +131,7 @@ func staleClaim(t *testing.T, r *rig) uint64 {
 	if err := claim.Hold(ctx); err != nil {
 		t.Fatalf("Hold: %v", err)
 	}
-	r.clock.Advance(time.Second)
+	r.clock.Advance(r.store.Options().RecoveryGrace) // the grace over: recovery asks the Resolver
 	return claim.Token()
 }
 

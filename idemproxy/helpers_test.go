@@ -28,7 +28,10 @@ func newStore(t testing.TB, res idem.Resolver) *idem.Store {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	s := idem.New(mem, &idem.Options{SweepInterval: -1, Policy: idemproxy.Policy, Resolver: res})
+	// No recovery grace: a held key goes to the resolver at the next
+	// request, which these tests make at once (the grace is the Store's,
+	// tested in the root package and the conformance suite).
+	s := idem.New(mem, &idem.Options{SweepInterval: -1, Policy: idemproxy.Policy, Resolver: res, RecoveryGrace: -1})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

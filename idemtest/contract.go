@@ -448,6 +448,7 @@ func testObserver(t *testing.T, nb source) {
 	require.NoError(t, c2.Release(ctx, "why not"))
 	c3 := e.claim(r2)
 	require.NoError(t, c3.Hold(ctx))
+	e.clk.Advance(e.store.Options().RecoveryGrace)
 	e.claim(r2) // recovers (not committed) and claims again
 	e.clk.Advance(retention + lease)
 	_, err := e.store.Sweep(ctx)

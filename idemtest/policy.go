@@ -83,7 +83,20 @@ func testPolicyHold(t *testing.T, nb source) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	rec := e.get(r)
 	require.Equal(t, backend.StateInProgress, rec.State, "held claims stay in progress")
-	require.True(t, rec.Stale(e.clk.Now()), "a held claim goes to recovery at once")
+	require.True(t, rec.Stale(e.clk.Now()), "a held claim's lease ends with the hold")
+	// The timed-out write may still land: within the grace the Resolver is
+	// not asked, and a repeat is told the outcome is unknown, and when to
+	// come back.
+	grace := e.store.Options().RecoveryGrace
+	_, _, err = e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
+		t.Fatal("a held claim must not run again before recovery")
+		return backend.Result{}, nil
+	})
+	var unk *idem.OutcomeUnknownError
+	require.ErrorAs(t, err, &unk)
+	require.True(t, unk.NextCheck.Equal(rec.LeaseEnds.Add(grace)), "next check %v, want the hold plus the grace", unk.NextCheck)
+	require.Zero(t, res.n(), "the Resolver was asked within the grace")
+	e.clk.Advance(grace)
 	out, replayed, err := e.store.Do(ctx, r, func(context.Context) (backend.Result, error) {
 		t.Fatal("a held claim must not run again before recovery")
 		return backend.Result{}, nil
@@ -143,10 +156,22 @@ func testPolicyPanicHeld(t *testing.T, nb source) {
 		}()
 		rec := e.get(req(key, "fp"))
 		require.Equal(t, backend.StateInProgress, rec.State, "a panic with a Resolver holds the claim")
-		require.True(t, rec.Stale(e.clk.Now()), "a held claim goes to recovery at once")
+		require.True(t, rec.Stale(e.clk.Now()), "a held claim's lease ends with the hold")
 	}
 	require.Equal(t, 2, e.events.countReason(idem.EventHeld, "panic"))
-	require.Equal(t, int32(0), asked.Load(), "the Resolver is asked on the next access or sweep, not before")
+	// The effect may have sent a write before it panicked: within the grace
+	// neither a sweep nor an access asks the Resolver.
+	rep, err := e.store.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Unresolved)
+	_, _, err = e.store.Do(ctx, req("committed", "fp"), func(context.Context) (backend.Result, error) {
+		t.Fatal("a claim held after a panic must not run again before recovery")
+		return backend.Result{}, nil
+	})
+	var unk *idem.OutcomeUnknownError
+	require.ErrorAs(t, err, &unk)
+	require.Equal(t, int32(0), asked.Load(), "the Resolver is asked on the first access or sweep after the grace, not before")
+	e.clk.Advance(e.store.Options().RecoveryGrace)
 
 	// On access: the Resolver says committed, and its result is replayed.
 	r := req("committed", "fp")
@@ -166,7 +191,7 @@ func testPolicyPanicHeld(t *testing.T, nb source) {
 
 	// In a sweep: the Resolver says not committed; the claim is released
 	// and the next request runs the effect.
-	rep, err := e.store.Sweep(ctx)
+	rep, err = e.store.Sweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.NotCommitted)
 	require.Equal(t, int32(2), asked.Load())

@@ -17,6 +17,7 @@ import (
 type ledgerRow struct {
 	executor string
 	token    uint64
+	at       time.Time // when PostgreSQL ran the INSERT
 }
 
 func (r ledgerRow) body() string { return string(effectResult(r.executor, r.token).Body) }
@@ -38,6 +39,7 @@ type nemesisFindings struct {
 	acksVerified         int
 	acksBroken           []string // an acknowledged result that does not replay
 	inProgress           int      // after the final sweep
+	ledger               map[string][]ledgerRow
 }
 
 // check runs the final recovery sweep, as an instance an hour on would
@@ -91,14 +93,14 @@ func (n *nemesis) check() {
 func (n *nemesis) findings(s *idem.Store, table string) nemesisFindings {
 	t := n.t
 	var f nemesisFindings
-	rows, err := n.admin.Query(ctx, "SELECT key, executor, token FROM "+n.cfg.ledger)
+	rows, err := n.admin.Query(ctx, "SELECT key, executor, token, at FROM "+n.cfg.ledger)
 	require.NoError(t, err)
 	ledger := map[string][]ledgerRow{}
 	for rows.Next() {
 		var k string
 		var r ledgerRow
 		var tok int64
-		require.NoError(t, rows.Scan(&k, &r.executor, &tok))
+		require.NoError(t, rows.Scan(&k, &r.executor, &tok, &r.at))
 		r.token = uint64(tok)
 		ledger[k] = append(ledger[k], r)
 		f.effects++
@@ -162,6 +164,7 @@ func (n *nemesis) findings(s *idem.Store, table string) nemesisFindings {
 	sort.Strings(f.twice)
 	sort.Strings(f.releasedButCommitted)
 	f.twiceSeen = n.seen(s, f.twice, ledger)
+	f.ledger = ledger
 	return f
 }
 
@@ -255,7 +258,7 @@ func (n *nemesis) report(s *idem.Store, f nemesisFindings, swept idem.SweepRepor
 	n.t.Logf("effects twice: %d keys, %d of them seen by the late executor's Do, %d unseen",
 		len(f.twice), len(f.twiceSeen), len(f.twice)-len(f.twiceSeen))
 	for _, k := range f.twice {
-		n.t.Logf("twice: %s: %s; %s", k, n.story(k), recordStory(s, k))
+		n.t.Logf("twice: %s: %s; %s; %s", k, n.story(k), recordStory(s, k), ledgerStory(f.ledger[k]))
 	}
 	for _, k := range f.releasedButCommitted {
 		n.t.Logf("released but committed: %s: %s; %s", k, n.story(k), recordStory(s, k))
@@ -279,10 +282,20 @@ func (n *nemesis) checkMarked(s *idem.Store, f nemesisFindings) {
 		rec, err := s.Get(ctx, nemesisScope, k)
 		require.NoError(n.t, err)
 		if !rec.MayHaveRunTwice {
-			silent = append(silent, fmt.Sprintf("%s: %s; %s", k, n.story(k), recordStory(s, k)))
+			silent = append(silent, fmt.Sprintf("%s: %s; %s; %s", k, n.story(k), recordStory(s, k), ledgerStory(f.ledger[k])))
 		}
 	}
 	require.Empty(n.t, silent, "unfenced effects that ran twice, their keys not marked MayHaveRunTwice (grace %s)", n.cfg.grace)
+}
+
+// ledgerStory is when each of a key's executions reached the ledger.
+func ledgerStory(rows []ledgerRow) string {
+	var b strings.Builder
+	b.WriteString("ledger:")
+	for _, r := range rows {
+		fmt.Fprintf(&b, " [%s token %d at %s]", r.executor, r.token, r.at.UTC().Format("15:04:05.000"))
+	}
+	return b.String()
 }
 
 // recordStory is the key's record in a line: state, token, attempts.
@@ -294,7 +307,8 @@ func recordStory(s *idem.Store, key string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "record %s token %d recovered %q, attempts:", rec.State, rec.Token, rec.Recovered)
 	for _, a := range rec.Attempts {
-		fmt.Fprintf(&b, " [%d %s %s %q]", a.Token, a.Owner, a.Outcome, a.Reason)
+		fmt.Fprintf(&b, " [%d %s %s %q claimed %s ended %s]", a.Token, a.Owner, a.Outcome, a.Reason,
+			a.ClaimedAt.UTC().Format("15:04:05.000"), a.EndedAt.UTC().Format("15:04:05.000"))
 	}
 	return b.String()
 }

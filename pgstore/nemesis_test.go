@@ -152,7 +152,8 @@ func newNemesis(t *testing.T, cl *pgtest.Cluster, mode string) *nemesis {
 		t.Fatal(err)
 	}
 	_ = b.Close()
-	if _, err := admin.Exec(ctx, "CREATE TABLE "+cfg.ledger+" (key text NOT NULL, executor text NOT NULL, token bigint NOT NULL)"); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+cfg.ledger+" (key text NOT NULL, executor text NOT NULL, token bigint NOT NULL, "+
+		"at timestamptz NOT NULL DEFAULT clock_timestamp())"); err != nil {
 		t.Fatal(err)
 	}
 	u, err := url.Parse(cl.URL)

@@ -162,7 +162,8 @@ func (r *pythonRig) startProxy(t *testing.T, point string) {
 		listenAt = "127.0.0.1:0"
 	}
 	args := []string{"proxy", r.store, "-listen", listenAt, "-upstream", "http://" + r.upLn.Addr().String(),
-		"-scope", "header:X-Tenant", "-resolver", "http://" + r.resLn.Addr().String() + "/resolve", "-timeout", "20s"}
+		"-scope", "header:X-Tenant", "-resolver", "http://" + r.resLn.Addr().String() + "/resolve", "-timeout", "20s",
+		"-recovery-grace", "300ms"}
 	if point != "" {
 		args = append(args, "-kill-at", point)
 	}

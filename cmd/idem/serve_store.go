@@ -21,12 +21,13 @@ import (
 )
 
 // serveFlags are the flags both proxies take: the store, the scope, the
-// resolver, encryption keys, the admin listener, retention and shutdown.
+// resolver, encryption keys, the admin listener, retention, the recovery
+// grace and shutdown.
 type serveFlags struct {
 	fs                         *flag.FlagSet
 	dir, scope, resolver, keys string
 	admin, killAt              string
-	retention, shutdown        time.Duration
+	retention, shutdown, grace time.Duration
 	decisions                  idemadmin.Decisions // the admin page's recent sweep decisions
 }
 
@@ -37,6 +38,7 @@ func (f *serveFlags) addServeFlags(fs *flag.FlagSet, scopeUsage string) {
 	fs.StringVar(&f.scope, "scope", "", scopeUsage)
 	fs.StringVar(&f.resolver, "resolver", "", "`URL` asked about stale claims (docs/proxy.md); without it they are held for an operator")
 	fs.DurationVar(&f.retention, "retention", 0, "how long answers are kept for replay (default the store's, 24h)")
+	fs.DurationVar(&f.grace, "recovery-grace", 0, "how long a call whose outcome is unknown waits, past its lease, before the resolver is asked: a write still held in the network may land meanwhile (default the lease, 30s)")
 	fs.StringVar(&f.keys, "keys", "", keysUsage)
 	fs.StringVar(&f.admin, "admin", "", "also serve idemadmin's page and JSON on `host:port`, behind a token printed at start")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long in-flight requests may finish; those left are held for recovery")
@@ -68,7 +70,7 @@ func (f *serveFlags) openProxyStore(ctx context.Context, logger *slog.Logger) (*
 		res = &idemproxy.HTTPResolver{URL: f.resolver}
 	}
 	return openServingStore(ctx, f.dir, f.keys, &idem.Options{Policy: idemproxy.Policy, Resolver: res,
-		Logger: logger, Observer: &f.decisions, Retention: f.retention})
+		Logger: logger, Observer: &f.decisions, Retention: f.retention, RecoveryGrace: f.grace})
 }
 
 // killer returns the hook -kill-at asks for: it SIGKILLs the process at
