@@ -79,7 +79,7 @@ type nemesis struct {
 	workers []*nemesisProc
 	rng     *rand.Rand
 	undos   []nemesisUndo
-	faults  map[string]int // injected, by kind
+	faults  map[string]int // injected, by kind (under mu: fault)
 	incs    []int          // each slot's incarnations so far
 	gone    []bool         // the slot's worker was killed, not yet restarted
 	held    []bool         // the slot's proxy holds its traffic
@@ -353,7 +353,7 @@ func (n *nemesis) strike() {
 		_ = w.cmd.Process.Signal(syscall.SIGKILL)
 		<-w.exited
 		n.gone[i] = true
-		n.faults["kill"]++
+		n.fault("kill", 1)
 		n.after(100*time.Millisecond, 600*time.Millisecond, func() {
 			n.spawn(i)
 			n.gone[i] = false
@@ -362,11 +362,11 @@ func (n *nemesis) strike() {
 		if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			return
 		}
-		n.faults["pause"]++
+		n.fault("pause", 1)
 		n.after(2*time.Second, 8*time.Second, func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
 	case k < 6 && !n.pgDown.Load(): // PostgreSQL's immediate stop, then a start
 		n.pgDown.Store(true)
-		n.faults["pg_crash"]++
+		n.fault("pg_crash", 1)
 		down := 200*time.Millisecond + time.Duration(n.rng.Int64N(int64(1800*time.Millisecond)))
 		// In the background: the stop and the start each take seconds
 		// on a loaded machine, and the other faults go on meanwhile.
@@ -389,19 +389,27 @@ func (n *nemesis) strike() {
 			n.pgDown.Store(false)
 		}()
 	case k < 8 && !n.pgDown.Load(): // pg_terminate_backend of half the sessions
-		var killed int
-		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		err := n.admin.QueryRow(qctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "+
-			"WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND random() < 0.5").Scan(&killed)
-		if err == nil {
-			n.faults["terminate"]++
-			n.faults["terminated_backends"] += killed
-		}
+		// In the background: a slow server would hold the loop up to the
+		// query's timeout, and every undo due meanwhile (a SIGCONT, a
+		// release) would come late, lengthening the delays the covering
+		// grace is sized for.
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			var killed int
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			err := n.admin.QueryRow(qctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "+
+				"WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND random() < 0.5").Scan(&killed)
+			if err == nil {
+				n.fault("terminate", 1)
+				n.fault("terminated_backends", killed)
+			}
+		}()
 	case k < 10 && !n.cut[i]: // the proxy drops every connection, and refuses new ones a moment
 		n.proxies[i].cut()
 		n.cut[i] = true
-		n.faults["drop"]++
+		n.fault("drop", 1)
 		n.after(0, time.Second, func() {
 			n.proxies[i].restore()
 			n.cut[i] = false
@@ -409,12 +417,20 @@ func (n *nemesis) strike() {
 	case k >= 10 && !n.held[i]: // the proxy holds the traffic, then delivers it
 		n.proxies[i].hold()
 		n.held[i] = true
-		n.faults["hold"]++
+		n.fault("hold", 1)
 		n.after(2*time.Second, 8*time.Second, func() {
 			n.proxies[i].release()
 			n.held[i] = false
 		})
 	}
+}
+
+// fault counts by injected faults of kind. The faults run in the
+// background count theirs too, hence the lock.
+func (n *nemesis) fault(kind string, by int) {
+	n.mu.Lock()
+	n.faults[kind] += by
+	n.mu.Unlock()
 }
 
 // stopWorkers asks every live worker to end (stdin closed) and waits.
