@@ -61,7 +61,10 @@ const resolverURL = `http://127.0.0.1:${resolver.address().port}/resolve`;
 
 const transport = new StdioClientTransport({
   command: bin,
-  args: ["mcp-proxy", join(work, "store"), "-resolver", resolverURL, "--", process.execPath, join(here, "server.mjs")],
+  // A short recovery grace: the resolver is asked 300 ms after a call is
+  // held (the default, the lease, is 30 s).
+  args: ["mcp-proxy", join(work, "store"), "-resolver", resolverURL, "-recovery-grace", "300ms", "--",
+    process.execPath, join(here, "server.mjs")],
   env: { ...process.env, LEDGER: ledger, KILL_AT: "acted", KILL_KEY: "ts:killed", KILL_MARK: join(work, "killed") },
   stderr: "inherit",
 });
@@ -124,12 +127,17 @@ try {
   assert.equal(v2._meta?.idempotentReplayed, true, `the new tool is guarded: ${JSON.stringify(v2)}`);
   assert.deepEqual(v2.content, v1.content);
 
-  // The server dies after acting: the call is held, not run again, and the
-  // resolver finds the refund.
+  // The server dies after acting: the call is held, not run again, and
+  // once the grace is over the resolver finds the refund.
   const killedArgs = { order: "o-ts-2", cents: 700 };
   const held = await client.callTool({ name: "refund_order", arguments: killedArgs, _meta: { idempotencyKey: "ts:killed" } });
   assert.equal(held._meta?.idempotencyStatus, "outcome_unknown", `killed after acting: ${JSON.stringify(held)}`);
-  const settled = await client.callTool({ name: "refund_order", arguments: killedArgs, _meta: { idempotencyKey: "ts:killed" } });
+  let settled;
+  for (let attempt = 0; attempt < 50; attempt++) {
+    settled = await client.callTool({ name: "refund_order", arguments: killedArgs, _meta: { idempotencyKey: "ts:killed" } });
+    if (settled._meta?.idempotencyStatus !== "outcome_unknown") break;
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
   assert.equal(settled._meta?.idempotentReplayed, true, `after the resolver: ${JSON.stringify(settled)}`);
   assert.match(settled.content[0].text, /o-ts-2/);
 
