@@ -78,24 +78,28 @@ func (p *heldNotes) has(rec *Record) bool {
 // heldHere reports whether rec's claim was held (its open attempt's note
 // says so, or this Store remembers holding it), without taking the note.
 func (s *Store) heldHere(rec *Record) bool {
-	if n := len(rec.Attempts); n > 0 {
-		if a := rec.Attempts[n-1]; a.Token == rec.Token && a.EndedAt.IsZero() && heldReason(a.Reason) {
-			return true
-		}
-	}
-	return s.held.has(rec)
+	return attemptHeldNote(rec) != "" || s.held.has(rec)
 }
 
 // heldNote returns why rec's claim was held: the note of its open attempt
 // (backend.Holder), or what this Store remembers; empty if neither says.
 func (s *Store) heldNote(rec *Record) string {
 	why := s.held.take(rec)
+	if note := attemptHeldNote(rec); note != "" {
+		return note
+	}
+	return why
+}
+
+// attemptHeldNote returns the note of rec's open attempt when it says why
+// the claim was held (a backend.Holder keeps it there), else "".
+func attemptHeldNote(rec *Record) string {
 	if n := len(rec.Attempts); n > 0 {
 		if a := rec.Attempts[n-1]; a.Token == rec.Token && a.EndedAt.IsZero() && heldReason(a.Reason) {
 			return a.Reason
 		}
 	}
-	return why
+	return ""
 }
 
 // heldReason reports whether note, an open attempt's, says why a claim
