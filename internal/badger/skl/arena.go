@@ -44,36 +44,42 @@ func newArenaOn(buf []byte) *Arena {
 	return out
 }
 
-// ArenaPool keeps the buffer of a released skiplist's arena for the next
-// skiplist of the same size (NewSkiplistPooled), so that a DB whose
-// memtables come and go does not allocate, and have the runtime zero, a
-// new arena for each. It holds one buffer at most. The zero value is
-// ready to use.
+// ArenaPool keeps the buffer of a released skiplist's arena, and its
+// filter and hint table, for the next skiplist of the same size
+// (NewSkiplistPooled), so that a DB whose memtables come and go does not
+// allocate, and have the runtime zero, a new arena for each. It holds one
+// of each at most. The zero value is ready to use.
 type ArenaPool struct {
-	mu  sync.Mutex
-	buf []byte
+	mu   sync.Mutex
+	buf  []byte
+	side side
 }
 
-// get returns a buffer of n bytes whose head node is zero: the one kept,
-// if it has that size, else a new one.
-func (p *ArenaPool) get(n int64) []byte {
+// get returns a buffer of n bytes whose head node is zero, and a zero
+// side for it: the ones kept, if they have the size, else new ones.
+func (p *ArenaPool) get(n int64) ([]byte, side) {
 	p.mu.Lock()
-	buf := p.buf
-	p.buf = nil
+	buf, sd := p.buf, p.side
+	p.buf, p.side = nil, side{}
 	p.mu.Unlock()
+	if sd.fits(n) {
+		sd.clear()
+	} else {
+		sd = newSide(n)
+	}
 	if int64(len(buf)) != n {
-		return make([]byte, n)
+		return make([]byte, n), sd
 	}
 	// Every node, key and value is written in full when it is put; only
 	// the head's tower is read before anything was put in it.
 	clear(buf[:min(int(n), 1+MaxNodeSize+nodeAlign)])
-	return buf
+	return buf, sd
 }
 
-// put keeps buf for the next get.
-func (p *ArenaPool) put(buf []byte) {
+// put keeps buf and sd for the next get.
+func (p *ArenaPool) put(buf []byte, sd side) {
 	p.mu.Lock()
-	p.buf = buf
+	p.buf, p.side = buf, sd
 	p.mu.Unlock()
 }
 

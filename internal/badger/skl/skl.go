@@ -7,7 +7,8 @@
 Adapted from RocksDB inline skiplist.
 
 Key differences:
-- No optimization for sequential inserts (no "prev").
+- No optimization for sequential inserts (no "prev"), but a hint per user key for its next
+  version, and a filter of the user keys put for Get (point.go).
 - No custom comparator.
 - Support overwrites. This requires care when we see the same key when inserting.
   For RocksDB or LevelDB, overwrites are implemented as a newer sequence number in the key, so
@@ -67,6 +68,7 @@ type Skiplist struct {
 	head    *node
 	ref     atomic.Int32
 	arena   *Arena
+	side    side       // the filter and the hints of point operations (point.go)
 	pool    *ArenaPool // where the arena goes when the last reference is released, if set
 	OnClose func()
 }
@@ -90,12 +92,13 @@ func (s *Skiplist) DecrRef() {
 	// read from it is copied before the reader releases its reference), so
 	// a pooled skiplist gives its buffer to the next one.
 	if s.pool != nil {
-		s.pool.put(s.arena.buf)
+		s.pool.put(s.arena.buf, s.side)
 	}
 
 	// Indicate we are closed. Good for testing.  Also, lets GC reclaim memory. Race condition
 	// here would suggest we are accessing skiplist when we are supposed to have no reference!
 	s.arena = nil
+	s.side = side{}
 	// Since the head references the arena's buf, as long as the head is kept around
 	// GC can't release the buf.
 	s.head = nil
@@ -124,19 +127,20 @@ func decodeValue(value uint64) (valOffset uint32, valSize uint32) {
 
 // NewSkiplist makes a new empty skiplist, with a given arena size
 func NewSkiplist(arenaSize int64) *Skiplist {
-	return newSkiplistOn(newArena(arenaSize), nil)
+	return newSkiplistOn(newArena(arenaSize), newSide(arenaSize), nil)
 }
 
 // NewSkiplistPooled is NewSkiplist with its arena taken from pool, where it
 // goes back when the last reference is released. A reader must then copy
 // what it read from the skiplist before it releases its reference.
 func NewSkiplistPooled(arenaSize int64, pool *ArenaPool) *Skiplist {
-	return newSkiplistOn(newArenaOn(pool.get(arenaSize)), pool)
+	buf, side := pool.get(arenaSize)
+	return newSkiplistOn(newArenaOn(buf), side, pool)
 }
 
-func newSkiplistOn(arena *Arena, pool *ArenaPool) *Skiplist {
+func newSkiplistOn(arena *Arena, side side, pool *ArenaPool) *Skiplist {
 	head := newNode(arena, nil, y.ValueStruct{}, maxHeight)
-	s := &Skiplist{head: head, arena: arena, pool: pool}
+	s := &Skiplist{head: head, arena: arena, side: side, pool: pool}
 	s.height.Store(1)
 	s.ref.Store(1)
 	return s
@@ -289,12 +293,27 @@ func (s *Skiplist) getHeight() int32 {
 
 // Put inserts the key-value pair.
 func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
-	// Since we allow overwrite, we may not need to create a new node. We might not even need to
-	// increase the height. Let's defer these actions.
+	// The filter first: a reader that finds the node finds its bits.
+	h := userHash(key)
+	s.mark(h)
 
-	listHeight := s.getHeight()
 	var prev [maxHeight + 1]*node
 	var next [maxHeight + 1]*node
+	height := s.randomHeight()
+	if found, ok := s.spliceFromHint(key, h, height, &prev, &next); ok {
+		if found != nil {
+			found.setValue(s.arena, v)
+			return
+		}
+		s.link(key, v, height, &prev, &next)
+		s.remember(h, &prev, height)
+		return
+	}
+	prev, next = [maxHeight + 1]*node{}, [maxHeight + 1]*node{}
+
+	// Since we allow overwrite, we may not need to create a new node. We might not even need to
+	// increase the height. Let's defer these actions.
+	listHeight := s.getHeight()
 	prev[listHeight] = s.head
 	next[listHeight] = nil
 	for i := int(listHeight) - 1; i >= 0; i-- {
@@ -305,13 +324,23 @@ func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
 			return
 		}
 	}
+	if s.link(key, v, height, &prev, &next) {
+		// Below listHeight every level was searched; above, link searched
+		// the levels it linked.
+		s.remember(h, &prev, maxHeight)
+	}
+}
 
-	// We do need to create a new node.
-	height := s.randomHeight()
+// link creates the node of key and v with height and links it at each of
+// its levels between prev[i] and next[i], computing them from the head at
+// the levels above the list's height where prev[i] is nil. It reports
+// false if another writer put the same key first (v is then set on its
+// node).
+func (s *Skiplist) link(key []byte, v y.ValueStruct, height int, prev, next *[maxHeight + 1]*node) bool {
 	x := newNode(s.arena, key, v, height)
 
 	// Try to increase s.height via CAS.
-	listHeight = s.getHeight()
+	listHeight := s.getHeight()
 	for height > int(listHeight) {
 		if s.height.CompareAndSwap(listHeight, int32(height)) {
 			// Successfully increased skiplist.height.
@@ -346,10 +375,11 @@ func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
 			if prev[i] == next[i] {
 				y.AssertTruef(i == 0, "Equality can happen only on base level: %d", i)
 				prev[i].setValue(s.arena, v)
-				return
+				return false
 			}
 		}
 	}
+	return true
 }
 
 // Empty returns if the Skiplist is empty.
@@ -381,6 +411,9 @@ func (s *Skiplist) findLast() *node {
 // Get gets the value associated with the key. It returns a valid value if it finds equal or earlier
 // version of the same key.
 func (s *Skiplist) Get(key []byte) y.ValueStruct {
+	if !s.mayHold(userHash(key)) {
+		return y.ValueStruct{}
+	}
 	n, _ := s.findNear(key, false, true) // findGreaterOrEqual.
 	if n == nil {
 		return y.ValueStruct{}
