@@ -63,6 +63,10 @@ type hotEntry struct {
 	lastReplay int64
 	pinned     bool
 	slot       int // its index in the pending list while replays > 0
+	// gone is set, under the shard's lock, when the entry leaves the map
+	// (evicted, replaced, dropped): its place in the shard's order is
+	// then skipped.
+	gone bool
 
 	token uint64
 	// result is what replays hand out the address of.
@@ -72,10 +76,14 @@ type hotEntry struct {
 }
 
 type hotShard struct {
-	mu    sync.Mutex // guards the fields below and its entries' counts
-	m     hotIndex
-	order []hotID // ids in the order they were put, oldest at head
-	head  int     // index in order of the oldest id still queued
+	mu sync.Mutex // guards the fields below and its entries' counts
+	m  hotIndex
+	// order holds the entries in the order they were put, oldest at
+	// head, each once; the gone ones wait to be skipped. Entries, not
+	// ids: eviction needs no lookup of the oldest id, whose key's bytes
+	// are rarely in the CPU's caches.
+	order []*hotEntry
+	head  int // index in order of the oldest entry still queued
 	bytes int
 	// pending holds the entries whose replays are not yet flushed.
 	pending []*hotEntry
@@ -316,9 +324,8 @@ func (h *hotSet) insert(k hotID, fp string, rec hotRecord, count bool, at time.T
 	}
 	if old := sh.m.get(k); old != nil {
 		dropped = h.remove(sh, k, old)
-	} else {
-		sh.order = append(sh.order, k)
 	}
+	sh.order = append(sh.order, e)
 	sh.m.set(k, e)
 	sh.bytes += e.size
 	h.bytes.Add(int64(e.size))
@@ -333,6 +340,7 @@ func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) (dropped bool) {
 	sh.bytes -= e.size
 	h.bytes.Add(-int64(e.size))
 	sh.m.del(id)
+	e.gone = true
 	if e.replays > 0 && !e.pinned {
 		if h.pinned.Load()+int64(e.size) > h.limit/pinnedShare {
 			// Off the pending list too, so that nothing keeps it: it is
@@ -353,40 +361,30 @@ func (h *hotSet) remove(sh *hotShard, id hotID, e *hotEntry) (dropped bool) {
 // evict drops sh's oldest entries while the cache is over its limit,
 // keeping e, the one just put. With ids spread evenly over the shards this
 // is close to evicting the cache's oldest; the limit is exceeded by at
-// most an entry per shard. Each id is queued once per insertion (an id
-// dropped earlier may still be queued and is skipped), so the work is
-// constant per put on average. It reports whether it dropped unflushed
-// counts (remove). Called with sh.mu held.
+// most an entry per shard. Each entry is queued once, when it is put, so
+// the work is constant per put on average. It reports whether it dropped
+// unflushed counts (remove). Called with sh.mu held.
 func (h *hotSet) evict(sh *hotShard, e *hotEntry) (dropped bool) {
 	for h.bytes.Load()+h.pinned.Load() > h.limit && sh.m.len() > 1 && sh.head < len(sh.order) {
 		old := sh.order[sh.head]
-		sh.order[sh.head] = hotID{}
+		sh.order[sh.head] = nil
 		sh.head++
-		// One lookup decides both: the id of the entry just put (queued
-		// again by an earlier insertion) finds e itself. Comparing the ids
-		// first would read the old key's bytes, likely not in the CPU's
-		// caches, before the lookup reads them again.
-		switch r := sh.m.get(old); {
-		case r == e:
-			// Put again: it is the newest now.
-			sh.order = append(sh.order, e.id)
-		case r != nil && h.remove(sh, old, r):
+		switch {
+		case old == e:
+			// Not reached while another entry is kept (each is queued
+			// once, e last); kept queued all the same.
+			sh.order = append(sh.order, e)
+		case !old.gone && h.remove(sh, old.id, old):
 			dropped = true
 		}
 	}
 	if queued := len(sh.order) - sh.head; queued > 2*sh.m.len()+64 {
-		// Ids dropped and put again are queued more than once: keep the
-		// latest place of each id still kept.
-		seen := make(map[hotID]bool, sh.m.len())
-		kept := make([]hotID, 0, sh.m.len())
-		for i := len(sh.order) - 1; i >= sh.head; i-- {
-			if id := sh.order[i]; sh.m.get(id) != nil && !seen[id] {
-				seen[id] = true
-				kept = append(kept, id)
+		// Entries replaced or dropped wait in the queue: keep the others.
+		kept := make([]*hotEntry, 0, sh.m.len())
+		for _, q := range sh.order[sh.head:] {
+			if !q.gone {
+				kept = append(kept, q)
 			}
-		}
-		for i, j := 0, len(kept)-1; i < j; i, j = i+1, j-1 {
-			kept[i], kept[j] = kept[j], kept[i]
 		}
 		sh.order, sh.head = kept, 0
 	} else if sh.head > len(sh.order)/2 && sh.head > 64 {
@@ -408,6 +406,7 @@ func (h *hotSet) drop(scope, key string, token uint64) {
 		sh.bytes -= old.size
 		h.bytes.Add(-int64(old.size))
 		sh.m.del(k)
+		old.gone = true
 		if old.replays > 0 && !old.pinned {
 			old.pinned = true
 			h.pinned.Add(int64(old.size))
