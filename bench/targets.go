@@ -317,7 +317,12 @@ func missNotes() map[string]string {
 			"processes; two log writes in flight, tried again, were 14% slower. The tables' syncs bound what the " +
 			"disk's sharing costs: with them skipped (unsafe, to measure only) a cycle ran 7-15% faster, and " +
 			"level 0 compacted at 16 tables rather than 8 wrote 8% fewer bytes for 2-4% more cycles, not kept " +
-			"for what it may cost reads (results/notes/engine-runs.md). Closing it: fewer hand-offs between " +
+			"for what it may cost reads (results/notes/engine-runs.md). Since then a read of a new key no " +
+			"longer descends the memtables' skiplists (a filter of the keys put, patch badger/0049) and the replay " +
+			"cache evicts without looking the oldest key up: 49.8 -> 45.7 us of CPU a cycle in the library's " +
+			"benchmark (ten alternated pairs); in the cycle run of 2026-12-07 01:43 UTC the durable loop at " +
+			"32 clients used 41.8 us x 26,890/s " +
+			"= 1.12 of the 2 cores, Fast 1.43: it still waits more than it computes. Closing it: fewer hand-offs between " +
 			"goroutines per op and less CPU per op where the clients are woken, so that the bursts drain sooner.",
 		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, the claim's and " +
 			"the result's, which the twowrites contender does and nothing else. Probes of one op (medians of three " +
@@ -395,28 +400,24 @@ func missNotes() map[string]string {
 			"key's stored counts from Badger and rewrote them, on the other core and through the garbage collector; " +
 			"since 2026-12-04 a flush writes one entry per counted record and reads nothing (key layout 2), so what " +
 			"counting still costs is the writes and their compactions.",
-		"replay-disk": "A replay of a key that is not in idem's replay cache takes the full path: Backend.Claim's " +
-			"fast path reads the record from Badger (a point read down the LSM tree: memtables, then each level's " +
-			"table whose range holds the key, its Bloom filter, a binary search of its block index and of the " +
-			"block), decodes it, and the Store puts it in the replay cache; bbolt's is one B+tree descent in a " +
-			"memory map and a copy of the result. The first profile (results/notes/replay-from-disk-profile.md) " +
-			"found counting 41% of the CPU (each flush read every counted key's counts and record back), block " +
-			"checksums 13% (every read verified its block again) and a second copy of each record; all three are " +
-			"gone (counts written without reading, key layout 2; a block verified on its first read, patch " +
-			"badger/0017; no clone). What is left, profiled again (200,000 keys, one goroutine, about 22 us of " +
-			"CPU a replay): the replay 40%, of which Badger's point read 22% (the block-index and block binary " +
-			"searches 10%) and the decode 5%; the counts' writes and the compactions they cause about 35% (each " +
-			"replay of a key not seen since the last flush is one small entry written, then compacted; tables " +
-			"are synced as they are built); the garbage collector 7%. The Badger backend alone, without the " +
-			"Store, reads about 85,000 records a second on this machine where bbolt reads 250,000-390,000 in " +
-			"the same run: the LSM point read is the floor, and closing the gap needs another read structure " +
-			"(an index from key to value position, or a B+tree engine), a design decision. Since the tables " +
-			"are compressed with S2 (the disk target), a read also decodes its 8 KiB block into a new buffer: " +
-			"with the compactions' decoding and encoding, 5-18 us more CPU a replay (0.55-0.81x the rate) in " +
-			"the library's BenchmarkReplay_FromDisk, most at 32 MiB (badgerstore.CompressionNone takes it " +
-			"back, for 2.4 times the disk bytes). A " +
-			"smaller MemoryBudget makes the replay cache and Badger's index cache smaller (memory.go, " +
-			"badgerstore/memory.go).",
+		"replay-disk": "A replay of a key that is not in idem's replay cache takes the full path: Backend.Claim " +
+			"reads the record from Badger (the memtables, which each answer from a filter of the keys put, patch " +
+			"badger/0049; then each level's table whose range holds the key, its Bloom filter, a binary search of " +
+			"its block index, the 8 KiB block decoded from S2 and searched), decodes it, and the Store counts the " +
+			"replay on a new replay-cache entry, evicting the oldest; counts are written at most once per record " +
+			"per CountInterval, never per replay. bbolt's read is one B+tree descent in a memory map and a copy. " +
+			"Profile at 1,000,000 keys, one goroutine (BenchmarkReplay_FromDisk, 2026-12-07, about 9 us a replay " +
+			"in the loop): Badger's point read 55% (the block's S2 decoding and the first touch of its bytes 26%, " +
+			"the block index's binary search 7%, the rest Bloom checks and the level walk, each step a cache " +
+			"miss), the replay cache's miss and insert 23% (the first touches of the key and of the entry " +
+			"evicted), the record's decoding 6%. In CPU a replay, in the run of 2026-12-07 01:46 UTC: idem 10.2 us, the " +
+			"engine's bare read of the same records 8.2, bbolt 4.7 at one goroutine; at 32 goroutines, where both " +
+			"cores serve reads, idem is above 0.5x bbolt. What would close the one-goroutine rows: a point read " +
+			"that decodes less than a block (S2 chunks with a dictionary per table decode a third of the bytes " +
+			"and take fewer bytes on disk, but cost the durable cycle about 3% more CPU in table builds and " +
+			"compactions; results/notes/engine-runs.md), or another read structure beside the tree (an index from " +
+			"key to value position), a design decision. A smaller MemoryBudget makes the replay cache and " +
+			"Badger's index cache smaller (memory.go, badgerstore/memory.go).",
 		"replay-pg": "A replay the Store's replay cache answers makes no round trip; a key's first replay in a Store " +
 			"is read from PostgreSQL (the uncached figure), and in the first repetition after the store opened " +
 			"most keys are first replays: the repetitions show it.",
