@@ -305,8 +305,9 @@ func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
 			found.setValue(s.arena, v)
 			return
 		}
-		s.link(key, v, height, &prev, &next)
-		s.remember(h, &prev, height)
+		if s.link(key, v, height, &prev, &next) {
+			s.remember(h, &prev, height)
+		}
 		return
 	}
 	prev, next = [maxHeight + 1]*node{}, [maxHeight + 1]*node{}
