@@ -84,7 +84,12 @@ type hotShard struct {
 	// are rarely in the CPU's caches.
 	order []*hotEntry
 	head  int // index in order of the oldest entry still queued
-	bytes int
+	// goneBytes is the size of the gone entries still queued (dropped or
+	// replaced before they reached the head), memory the queue keeps
+	// alive beyond bytes; evict compacts the queue before it passes
+	// bytes/goneShare.
+	goneBytes int
+	bytes     int
 	// pending holds the entries whose replays are not yet flushed.
 	pending []*hotEntry
 	// Padding keeps two shards' locks out of one cache line.
@@ -149,6 +154,14 @@ type hotSet struct {
 // past this share, churn drops the counts of the entries it evicts (and
 // the Store records the loss, countledger.go) rather than flushing early.
 const pinnedShare = 4
+
+// goneShare and goneSlack bound what a shard's queue keeps of entries
+// dropped or replaced before they reached its head: past bytes/goneShare
+// plus goneSlack, the next eviction check compacts the queue.
+const (
+	goneShare = 4
+	goneSlack = 64 << 10
+)
 
 // newHotSet returns an empty cache holding about limit bytes at most.
 func newHotSet(limit int64) *hotSet {
@@ -324,6 +337,7 @@ func (h *hotSet) insert(k hotID, fp string, rec hotRecord, count bool, at time.T
 	}
 	if old := sh.m.get(k); old != nil {
 		dropped = h.remove(sh, k, old)
+		sh.goneBytes += old.size
 	}
 	sh.order = append(sh.order, e)
 	sh.m.set(k, e)
@@ -374,11 +388,13 @@ func (h *hotSet) evict(sh *hotShard, e *hotEntry) (dropped bool) {
 			// Not reached while another entry is kept (each is queued
 			// once, e last); kept queued all the same.
 			sh.order = append(sh.order, e)
-		case !old.gone && h.remove(sh, old.id, old):
+		case old.gone:
+			sh.goneBytes -= old.size
+		case h.remove(sh, old.id, old):
 			dropped = true
 		}
 	}
-	if queued := len(sh.order) - sh.head; queued > 2*sh.m.len()+64 {
+	if queued := len(sh.order) - sh.head; queued > 2*sh.m.len()+64 || sh.goneBytes > sh.bytes/goneShare+goneSlack {
 		// Entries replaced or dropped wait in the queue: keep the others.
 		kept := make([]*hotEntry, 0, sh.m.len())
 		for _, q := range sh.order[sh.head:] {
@@ -386,7 +402,7 @@ func (h *hotSet) evict(sh *hotShard, e *hotEntry) (dropped bool) {
 				kept = append(kept, q)
 			}
 		}
-		sh.order, sh.head = kept, 0
+		sh.order, sh.head, sh.goneBytes = kept, 0, 0
 	} else if sh.head > len(sh.order)/2 && sh.head > 64 {
 		sh.order = append(sh.order[:0:0], sh.order[sh.head:]...)
 		sh.head = 0
@@ -407,6 +423,7 @@ func (h *hotSet) drop(scope, key string, token uint64) {
 		h.bytes.Add(-int64(old.size))
 		sh.m.del(k)
 		old.gone = true
+		sh.goneBytes += old.size
 		if old.replays > 0 && !old.pinned {
 			old.pinned = true
 			h.pinned.Add(int64(old.size))

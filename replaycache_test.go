@@ -97,6 +97,50 @@ func TestHotSet_DropAndPutAgainDoesNotGrow(t *testing.T) {
 	}
 }
 
+// Entries dropped or replaced before they reach the head of their shard's
+// queue are not kept alive by it past a share of the cache: the queue is
+// compacted first. The bodies are large so that the bound is on bytes.
+func TestHotSet_GoneEntriesBounded(t *testing.T) {
+	h := newHotSet(4 << 20)
+	body := make([]byte, 8<<10)
+	rec := &Record{State: StateDone, Result: &Result{Body: body}}
+	const keys = 400 // about 3.3 MiB of entries: the cache holds them all
+	for i := range keys {
+		h.putRecord("", "id-"+strconv.Itoa(i), rec, false, time.Time{})
+	}
+	for round := range 50 {
+		for i := round % 3; i < keys; i += 3 {
+			id := "id-" + strconv.Itoa(i)
+			if i%2 == 0 {
+				h.drop("", id, 0)
+			}
+			h.putRecord("", id, rec, false, time.Time{}) // replaces, or puts again
+		}
+		for i := range h.shards {
+			sh := &h.shards[i]
+			gone := 0
+			for _, q := range sh.order[sh.head:] {
+				if q.gone {
+					gone += q.size
+				}
+			}
+			if gone != sh.goneBytes {
+				t.Fatalf("round %d shard %d: %d bytes of gone entries queued, goneBytes %d", round, i, gone, sh.goneBytes)
+			}
+			// At most one entry's worth past the bound: the one dropped or
+			// replaced since the last check.
+			if limit := sh.bytes/goneShare + goneSlack + size(hotID{key: "id-000"}, "", rec.Result); gone > limit {
+				t.Fatalf("round %d shard %d: %d bytes of gone entries queued, bound %d", round, i, gone, limit)
+			}
+		}
+	}
+	for i := range keys {
+		if h.get("", "id-"+strconv.Itoa(i)) == nil {
+			t.Fatalf("id-%d lost", i)
+		}
+	}
+}
+
 // Replays counted while flushes take the counts, some on entries dropped
 // or replaced meanwhile, all reach a flush, with the latest time.
 func TestHotSet_CountLosesNothing(t *testing.T) {
