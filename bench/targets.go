@@ -322,8 +322,20 @@ func missNotes() map[string]string {
 			"cache evicts without looking the oldest key up: 49.8 -> 45.7 us of CPU a cycle in the library's " +
 			"benchmark (ten alternated pairs); in the cycle run of 2026-12-07 01:43 UTC the durable loop at " +
 			"32 clients used 41.8 us x 26,890/s " +
-			"= 1.12 of the 2 cores, Fast 1.43: it still waits more than it computes. Closing it: fewer hand-offs between " +
-			"goroutines per op and less CPU per op where the clients are woken, so that the bursts drain sooner.",
+			"= 1.12 of the 2 cores, Fast 1.43: it still waits more than it computes. On this machine kind (a PVM guest) " +
+			"a thread's sleep and wake-up cost about 30 us of CPU (two goroutines ping-ponging on threads of their own: " +
+			"62-67 us a round trip, 0.31 us on shared threads), and the durable loop takes about 0.45 more of them a " +
+			"cycle than Fast (perf stat: 0.54-0.76 against 0.15): the log write's two waits (the data, then the flush " +
+			"O_DSYNC issues: the disk has a volatile cache and no FUA), sysmon's 20 us tick, which never backs off " +
+			"while the syncer blocks in a write, and the runtime handing the syncer's processor away and back. That " +
+			"is the whole difference between a durable and a Fast cycle's CPU, and Fast, being CPU-bound, gains from " +
+			"every other cut as much as Durable does. Tried on 2026-12-07 and dropped, each slower: the syncer taking " +
+			"the committer's group itself under a lock (the handshake is also the time in which the clients answered " +
+			"last come back, so groups fell from 15 ops to 12), a goroutine of its own answering each group, and two " +
+			"log writes in flight again. The raw system call measured again: +3 to +18% cycles/s, a third fewer " +
+			"context switches, still not kept. What would close it: log writes that block no thread in the runtime " +
+			"(io_uring with completions through the network poller), the raw write as a design decision, or a machine " +
+			"kind whose context switch costs what it does on bare metal (results/notes/engine-runs.md).",
 		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, the claim's and " +
 			"the result's, which the twowrites contender does and nothing else. Probes of one op (medians of three " +
 			"runs of 5,000 cycles): 3 µs to reach the committer, 11 µs to run the op and seal its group, 1 µs to " +
