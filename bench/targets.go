@@ -333,9 +333,10 @@ func missNotes() map[string]string {
 			"the committer's group itself under a lock (the handshake is also the time in which the clients answered " +
 			"last come back, so groups fell from 15 ops to 12), a goroutine of its own answering each group, and two " +
 			"log writes in flight again. The raw system call measured again: +3 to +18% cycles/s, a third fewer " +
-			"context switches, still not kept. What would close it: log writes that block no thread in the runtime " +
-			"(io_uring with completions through the network poller), the raw write as a design decision, or a machine " +
-			"kind whose context switch costs what it does on bare metal (results/notes/engine-runs.md).",
+			"context switches, still not kept; the write through io_uring, its completion awaited in the network " +
+			"poller, cost more switches than it saved (25,000 against 26,400-28,400 cycles/s). What would close it: " +
+			"the raw write as a design decision, or a machine kind whose context switch costs what it does on bare " +
+			"metal (results/notes/engine-runs.md).",
 		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, the claim's and " +
 			"the result's, which the twowrites contender does and nothing else. Probes of one op (medians of three " +
 			"runs of 5,000 cycles): 3 µs to reach the committer, 11 µs to run the op and seal its group, 1 µs to " +
