@@ -324,19 +324,22 @@ func missNotes() map[string]string {
 			"32 clients used 41.8 us x 26,890/s " +
 			"= 1.12 of the 2 cores, Fast 1.43: it still waits more than it computes. On this machine kind (a PVM guest) " +
 			"a thread's sleep and wake-up cost about 30 us of CPU (two goroutines ping-ponging on threads of their own: " +
-			"62-67 us a round trip, 0.31 us on shared threads), and the durable loop takes about 0.45 more of them a " +
-			"cycle than Fast (perf stat: 0.54-0.76 against 0.15): the log write's two waits (the data, then the flush " +
-			"O_DSYNC issues: the disk has a volatile cache and no FUA), sysmon's 20 us tick, which never backs off " +
-			"while the syncer blocks in a write, and the runtime handing the syncer's processor away and back. That " +
-			"is the whole difference between a durable and a Fast cycle's CPU, and Fast, being CPU-bound, gains from " +
-			"every other cut as much as Durable does. Tried on 2026-12-07 and dropped, each slower: the syncer taking " +
-			"the committer's group itself under a lock (the handshake is also the time in which the clients answered " +
-			"last come back, so groups fell from 15 ops to 12), a goroutine of its own answering each group, and two " +
-			"log writes in flight again. The raw system call measured again: +3 to +18% cycles/s, a third fewer " +
-			"context switches, still not kept; the write through io_uring, its completion awaited in the network " +
-			"poller, cost more switches than it saved (25,000 against 26,400-28,400 cycles/s). What would close it: " +
-			"the raw write as a design decision, or a machine kind whose context switch costs what it does on bare " +
-			"metal (results/notes/engine-runs.md).",
+			"62-67 us a round trip, 0.31 us on shared threads), and the durable loop takes about half a context switch " +
+			"more a cycle than Fast (perf stat over 60,000 cycles of the library's BenchmarkClaimComplete at 32 " +
+			"goroutines, both modes: 0.67 against 0.14-0.15 a cycle, at 36.0-36.6 against 24.7-25.6 us of CPU): the log " +
+			"write's two waits (the data, then the flush O_DSYNC issues: the disk has a volatile cache and no FUA), " +
+			"sysmon's 20 us tick, which never backs off while the syncer blocks in a write, and the runtime handing the " +
+			"syncer's processor away and back. That is about the whole difference between a durable and a Fast cycle's " +
+			"CPU, and Fast, being CPU-bound, gains from every other cut as much as Durable does. Tried on 2026-12-07, " +
+			"each alternated with the tree's code, none faster: the syncer taking the committer's group itself under a " +
+			"lock (the handshake is also the time in which the clients answered last come back, so groups fell from 15 " +
+			"ops to 12: 22.0-23.7k against 23.4-25.7k cycles/s, 51-57 against 45-53 us of CPU), a goroutine of its own " +
+			"answering each group, two log writes in flight again (20.3-23.7k against 21.9-27.5k, 43-54 against 41-51 " +
+			"us), and the write through io_uring with its completion awaited in the network poller (24.9-25.3k against " +
+			"26.4-28.4k, 49-50 against 41-45 us, a quarter more context switches). The raw system call measured again: " +
+			"27.3-29.1k against 24.1-28.2k cycles/s, 38.6-40.7 against 39.9-45.7 us, a third fewer context switches; " +
+			"still not kept. What would close it: the raw write as a design decision, or a machine kind whose context " +
+			"switch costs what it does on bare metal (results/notes/engine-runs.md).",
 		"cycle-1": "One goroutine cannot share a sync: each cycle waits for two synced log writes, the claim's and " +
 			"the result's, which the twowrites contender does and nothing else. Probes of one op (medians of three " +
 			"runs of 5,000 cycles): 3 µs to reach the committer, 11 µs to run the op and seal its group, 1 µs to " +
