@@ -41,10 +41,11 @@ func (c Compression) String() string {
 }
 
 // compressedBlockSize is the block size of compressed tables: a read
-// decodes a whole block, and 8 KiB cost about 10% less CPU per replay
-// read from disk than 16 KiB, for 4% more bytes
-// (bench/results/notes/replay-from-disk-profile.md).
-const compressedBlockSize = 8 << 10
+// decodes a whole block, S2's decoding was the largest single cost of a
+// replay read from disk, and 4 KiB replay 9-14% faster than 8 KiB (which
+// were about 10% cheaper than 16 KiB) at 1,000,000 keys; 2 KiB were no
+// faster within the noise (bench/results/notes/replay-from-disk-profile.md).
+const compressedBlockSize = 4 << 10
 
 // apply sets bo's compression, and the block size of compressed tables
 // unless bo's was changed from the budget's.

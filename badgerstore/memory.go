@@ -70,7 +70,7 @@ func applyBudget(bo badger.Options, b int64) badger.Options {
 		WithNumAllocatorsPooled(s.allocators).
 		// Compression (Options.Compression, S2 unless set) comes after.
 		// No block cache: a read that misses the replay cache decodes
-		// its block (a few microseconds for S2's 8 KiB), where a cache
+		// its block (one or two microseconds for S2's 4 KiB), where a cache
 		// would cost more in its bookkeeping and garbage than its rare
 		// hits save with keys read at random (the copy reads compressed
 		// tables without one, patch badger/0019).

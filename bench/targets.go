@@ -419,16 +419,18 @@ func missNotes() map[string]string {
 		"replay-disk": "A replay of a key that is not in idem's replay cache takes the full path: Backend.Claim " +
 			"reads the record from Badger (the memtables, which each answer from a filter of the keys put, patch " +
 			"badger/0049; then each level's table whose range holds the key, its Bloom filter, a binary search of " +
-			"its block index, the 8 KiB block decoded from S2 and searched), decodes it, and the Store counts the " +
+			"its block index, the 4 KiB block decoded from S2 and searched), decodes it, and the Store counts the " +
 			"replay on a new replay-cache entry, evicting the oldest; counts are written at most once per record " +
 			"per CountInterval, never per replay. bbolt's read is one B+tree descent in a memory map and a copy. " +
 			"Profile at 1,000,000 keys, one goroutine (BenchmarkReplay_FromDisk, 2026-12-07, about 9 us a replay " +
 			"in the loop): Badger's point read 55% (the block's S2 decoding and the first touch of its bytes 26%, " +
 			"the block index's binary search 7%, the rest Bloom checks and the level walk, each step a cache " +
 			"miss), the replay cache's miss and insert 23% (the first touches of the key and of the entry " +
-			"evicted), the record's decoding 6%. In CPU a replay, in the run of 2026-12-07 01:46 UTC: idem 10.2 us, the " +
-			"engine's bare read of the same records 8.2, bbolt 4.7 at one goroutine; at 32 goroutines, where both " +
-			"cores serve reads, idem is above 0.5x bbolt. What would close the one-goroutine rows: a point read " +
+			"evicted), the record's decoding 6%. That profile was of 8 KiB blocks; 4 KiB blocks (2026-12-08) replay " +
+			"9-14% faster (BenchmarkReplay_FromDisk, 3 alternated rounds) and 3-13% in the suite's replay-disk rows " +
+			"of two runs back to back, for 10% more disk bytes (217 to 239 a key). In CPU a replay, in the run of " +
+			"2026-12-07 01:46 UTC: idem 10.2 us, the engine's bare read of the same records 8.2, bbolt 4.7 at one " +
+			"goroutine; the machine of the 2026-12-08 rows runs bbolt's read in about 3 us. What would close the rows: a point read " +
 			"that decodes less than a block (S2 chunks with a dictionary per table decode a third of the bytes " +
 			"and take fewer bytes on disk, but cost the durable cycle about 3% more CPU in table builds and " +
 			"compactions; results/notes/engine-runs.md), or another read structure beside the tree (an index from " +
