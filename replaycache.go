@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"hash/maphash"
 	"math/bits"
 	"slices"
 	"strings"
@@ -144,7 +145,67 @@ type hotSet struct {
 	// flush.
 	pinned atomic.Int64
 	limit  int64 // the bound on bytes + pinned
+	door   doorkeeper
 	shards [hotShards]hotShard
+}
+
+// doorkeeper admits a record read from the backend into the cache on its
+// second read in a window, not its first: with replays spread over many
+// more keys than the cache holds, most keys read from the backend are not
+// read again before their entry would be evicted, and putting them costs
+// the replay the entry, the map's insert and an eviction, whose entry and
+// map slot are rarely in the CPU's caches (a fifth of an uncached replay,
+// bench/results/notes/replay-from-disk-profile.md). A key replayed
+// repeatedly is cached from its second read; a record the Store completed
+// is cached at once (Store.keep), so a retry of a recent completion never
+// waits for admission. A replay not admitted is counted on a count-only
+// entry (hotSet.countOnly).
+//
+// It is a bitset of one bit per key hash, cleared once a quarter of its
+// bits have been set since the last clear: a bit set by another key (at
+// most a quarter of them) admits a key on its first read, as the cache did
+// before it had a doorkeeper.
+type doorkeeper struct {
+	bits []atomic.Uint64
+	mask uint64
+	set  atomic.Int64 // bits set since the last clear
+	seed maphash.Seed
+}
+
+// doorBytesShare is the cache's limit over the doorkeeper's size: 256
+// bytes of cache, about the smallest entry, for each eight bits.
+const doorBytesShare = 256
+
+func newDoorkeeper(limit int64) doorkeeper {
+	words := uint64(64)
+	for words*8 < uint64(limit/doorBytesShare) && words < 1<<21 {
+		words <<= 1
+	}
+	return doorkeeper{bits: make([]atomic.Uint64, words), mask: words - 1, seed: maphash.MakeSeed()}
+}
+
+// admit reports whether (scope, key) was seen since the last clear, and
+// marks it seen.
+func (d *doorkeeper) admit(scope, key string) bool {
+	x := maphash.String(d.seed, key)
+	if scope != "" {
+		x ^= bits.RotateLeft64(maphash.String(d.seed, scope), 31)
+	}
+	w, bit := &d.bits[(x>>6)&d.mask], uint64(1)<<(x&63)
+	if w.Load()&bit != 0 {
+		return true
+	}
+	if w.Or(bit)&bit != 0 {
+		return true // another reader of the key set it first
+	}
+	if d.set.Add(1) >= int64(len(d.bits))*16 {
+		// Racing clears clear the same bits: harmless.
+		d.set.Store(0)
+		for i := range d.bits {
+			d.bits[i].Store(0)
+		}
+	}
+	return false
 }
 
 // pinnedShare is the share of the cache's limit that entries dropped with
@@ -165,7 +226,7 @@ const (
 
 // newHotSet returns an empty cache holding about limit bytes at most.
 func newHotSet(limit int64) *hotSet {
-	return &hotSet{limit: limit}
+	return &hotSet{limit: limit, door: newDoorkeeper(limit)}
 }
 
 // shard returns the shard of (scope, key): a cheap mix of the key's first
@@ -301,19 +362,59 @@ func (h *hotSet) put(scope, key string, rec hotRecord, count bool, at time.Time)
 }
 
 // putRead is put for a record the backend just returned for (scope, key)
-// (Backend.Claim hands it over): the entry keeps the record's own copies
-// of its scope, key and fingerprint, as it keeps its result, instead of
-// copying them again. A record that names another key is put as put does.
+// (Backend.Claim hands it over), once the doorkeeper admits it: the entry
+// keeps the record's own copies of its scope, key and fingerprint, as it
+// keeps its result, instead of copying them again. A record that names
+// another key is put as put does. A record not admitted is not kept, and
+// with count its replay is counted on a count-only entry: kept then
+// reports that the cache took the count.
 func (h *hotSet) putRead(scope, key string, rec *Record, count bool, at time.Time) (kept, dropped bool) {
-	if rec.Scope != scope || rec.Key != key {
-		return h.put(scope, key, hotOf(rec), count, at)
-	}
 	hr := hotOf(rec)
 	if !cacheable(hr) {
 		return false, false
 	}
+	if !h.door.admit(scope, key) {
+		if count {
+			dropped = h.countOnly(scope, key, hr, at)
+		}
+		return true, dropped
+	}
+	if rec.Scope != scope || rec.Key != key {
+		return h.put(scope, key, hr, count, at)
+	}
 	return h.insert(hotID{scope: rec.Scope, key: rec.Key}, rec.Fingerprint, hr, count, at)
 }
+
+// countOnly counts a replay at time at of rec, the record of (scope, key)
+// the doorkeeper did not admit, on an entry that is in no map and no
+// order, only on its shard's pending list: pinned, as an entry evicted
+// with unflushed counts is, while the pinned entries hold less than
+// limit/pinnedShare; past it the count is dropped and countOnly reports
+// dropped. The entry holds copies of the scope and key and no result.
+func (h *hotSet) countOnly(scope, key string, rec hotRecord, at time.Time) (dropped bool) {
+	sz := len(scope) + len(key) + countOnlySize
+	if h.pinned.Load()+int64(sz) > h.limit/pinnedShare {
+		return true
+	}
+	var b strings.Builder
+	b.Grow(len(key) + len(scope))
+	b.WriteString(key)
+	b.WriteString(scope)
+	all := b.String()
+	e := &hotEntry{expiresAt: rec.ExpiresAt, token: rec.Token, id: hotID{scope: all[len(key):], key: all[:len(key)]},
+		size: sz, replays: 1, lastReplay: at.UnixNano(), pinned: true, gone: true}
+	sh := h.shard(scope, key)
+	sh.mu.Lock()
+	e.slot = len(sh.pending)
+	sh.pending = append(sh.pending, e)
+	sh.mu.Unlock()
+	h.pinned.Add(int64(sz))
+	return false
+}
+
+// countOnlySize approximates what a count-only entry costs beyond its
+// scope and key: the entry and its place on the pending list.
+const countOnlySize = 200
 
 // cacheable reports whether the cache takes rec: a result whose body is
 // at most hotMaxBody.

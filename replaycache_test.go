@@ -333,6 +333,7 @@ func TestHotSet_DropByToken(t *testing.T) {
 func TestHotSet_PutRead_KeepsTheRecordsStrings(t *testing.T) {
 	h := newDefaultHotSet()
 	rec := &Record{Scope: "s", Key: strings.Clone("k1"), Fingerprint: strings.Clone("fp"), Result: &Result{}}
+	h.putRead("s", "k1", rec, false, time.Time{}) // the first read is not admitted
 	h.putRead("s", "k1", rec, false, time.Time{})
 	e := h.get("s", "k1")
 	if e == nil || unsafe.StringData(e.id.key) != unsafe.StringData(rec.Key) ||
@@ -341,6 +342,7 @@ func TestHotSet_PutRead_KeepsTheRecordsStrings(t *testing.T) {
 	}
 	other := &Record{Scope: "s", Key: "k3", Fingerprint: "fp", Result: &Result{}}
 	key := strings.Clone("k2")
+	h.putRead("s", key, other, false, time.Time{})
 	h.putRead("s", key, other, false, time.Time{})
 	if h.get("s", "k3") != nil {
 		t.Fatal("a record naming another key is kept under its own key")
@@ -486,4 +488,81 @@ func TestHotSet_CountsOfKeptEntriesWait(t *testing.T) {
 // putRecord puts what the cache takes of rec.
 func (h *hotSet) putRecord(scope, key string, rec *Record, count bool, at time.Time) (kept, dropped bool) {
 	return h.put(scope, key, hotOf(rec), count, at)
+}
+
+// TestHotSet_Doorkeeper checks admission on the second read: a record's
+// first read from the backend is not kept but its replay is counted, on a
+// count-only entry; its second read is kept; a record the Store completed
+// (put) is kept at once. Every count reaches takeCounts exactly once.
+func TestHotSet_Doorkeeper(t *testing.T) {
+	h := newDefaultHotSet()
+	at := time.Unix(0, 1234)
+	rec := &Record{Scope: "s", Key: "k", Fingerprint: "fp", Token: 7, ExpiresAt: time.Unix(100, 0), Result: &Result{Status: 200}}
+	if kept, dropped := h.putRead("s", "k", rec, true, at); !kept || dropped {
+		t.Fatalf("first read: kept %v dropped %v, want the count taken", kept, dropped)
+	}
+	if h.get("s", "k") != nil {
+		t.Fatal("a record's first read was admitted")
+	}
+	if h.pinned.Load() == 0 {
+		t.Fatal("the count-only entry is not pinned")
+	}
+	if kept, _ := h.putRead("s", "k", rec, true, at.Add(1)); !kept || h.get("s", "k") == nil {
+		t.Fatal("a record's second read was not admitted")
+	}
+	h.put("s", "done", hotOf(&Record{Fingerprint: "fp", Token: 3, ExpiresAt: time.Unix(100, 0), Result: &Result{}}), false, time.Time{})
+	if h.get("s", "done") == nil {
+		t.Fatal("a completed record was not kept at once")
+	}
+	counts := h.takeCounts(nil)
+	var replays int64
+	for _, c := range counts {
+		if c.Scope != "s" || c.Key != "k" || c.Token != 7 || !c.ExpiresAt.Equal(rec.ExpiresAt) {
+			t.Fatalf("tally %+v", c)
+		}
+		replays += c.Replays
+	}
+	if replays != 2 || len(counts) != 2 {
+		t.Fatalf("tallies %+v: want the two replays in two tallies", counts)
+	}
+	if h.pinned.Load() != 0 {
+		t.Fatalf("%d bytes still pinned after the flush", h.pinned.Load())
+	}
+	if again := h.takeCounts(nil); len(again) != 0 {
+		t.Fatalf("counts taken twice: %+v", again)
+	}
+}
+
+// TestHotSet_CountOnlyBound checks that count-only entries are bounded by
+// the pinned share of the cache's limit: past it a first read's count is
+// dropped and reported, and every count a count-only entry took is
+// flushed. (A key the doorkeeper admits on a bit another key set is put,
+// and its entry may be evicted with its count: each report of a drop is
+// at least one count lost.)
+func TestHotSet_CountOnlyBound(t *testing.T) {
+	h := newHotSet(64 << 10)
+	rec := &Record{Fingerprint: "fp", Token: 1, ExpiresAt: time.Unix(100, 0), Result: &Result{}}
+	var taken, dropped int64
+	for i := range 1000 {
+		kept, d := h.putRead("", "key-"+strconv.Itoa(i), rec, true, time.Unix(0, 1))
+		if d {
+			dropped++
+		} else if kept && h.get("", "key-"+strconv.Itoa(i)) == nil {
+			taken++
+		}
+	}
+	if dropped == 0 {
+		t.Fatal("no count dropped past the pinned share")
+	}
+	if p := h.pinned.Load(); p > h.limit/pinnedShare {
+		t.Fatalf("%d bytes pinned, past the share %d", p, h.limit/pinnedShare)
+	}
+	var flushed int64
+	for _, c := range h.takeCounts(nil) {
+		flushed += c.Replays
+	}
+	if flushed < taken || flushed > 1000-dropped {
+		t.Fatalf("%d counts flushed: want at least the %d count-only entries took, at most 1000 less the %d drops",
+			flushed, taken, dropped)
+	}
 }

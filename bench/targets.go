@@ -420,7 +420,8 @@ func missNotes() map[string]string {
 			"reads the record from Badger (the memtables, which each answer from a filter of the keys put, patch " +
 			"badger/0049; then each level's table whose range holds the key, its Bloom filter, a binary search of " +
 			"its block index, the 4 KiB block decoded from S2 and searched), decodes it, and the Store counts the " +
-			"replay on a new replay-cache entry, evicting the oldest; counts are written at most once per record " +
+			"replay on a count-only entry (since 2026-12-08 the replay cache admits a key on its second read, " +
+			"docs/replay-cache.md; before, every such replay put an entry and evicted the oldest); counts are written at most once per record " +
 			"per CountInterval, never per replay. bbolt's read is one B+tree descent in a memory map and a copy. " +
 			"Profile at 1,000,000 keys, one goroutine (BenchmarkReplay_FromDisk, 2026-12-07, about 9 us a replay " +
 			"in the loop): Badger's point read 55% (the block's S2 decoding and the first touch of its bytes 26%, " +

@@ -80,23 +80,27 @@ func testReplayCache(t *testing.T, nb source) {
 	require.ErrorIs(t, err, idem.ErrMismatch)
 	require.Equal(t, int64(2), cc.n.Load(), "a mismatch is decided by the backend's record")
 
-	// A done record stored by someone else is read once, then cached.
+	// A done record stored by someone else is read once or twice (the
+	// cache admits a key read from the backend on its second read, or on
+	// its first when the doorkeeper's bit was set by another key), then
+	// cached.
 	pre, _, err := inner.Claim(ctx, "tenant-a", "pre", args("fp", e.clk.Now()))
 	require.NoError(t, err)
 	require.NoError(t, inner.Complete(ctx, "tenant-a", "pre", pre.Token, backend.Completion{Result: okResult("pre"),
 		At: e.clk.Now(), ExpiresAt: e.clk.Now().Add(retention)}))
-	for range 3 {
+	for range 4 {
 		require.Equal(t, "pre", string(e.replay(req("pre", "fp")).Body))
 	}
-	require.Equal(t, int64(3), cc.n.Load(), "a record read from the backend is cached")
+	read := cc.n.Load()
+	require.True(t, read == 3 || read == 4, "a record read from the backend is cached from its second read: %d backend reads", read-2)
 
 	// Expiry is judged on the store's clock at every replay.
 	e.clk.Advance(retention - time.Nanosecond)
 	require.Equal(t, "first", string(e.replay(r).Body))
-	require.Equal(t, int64(3), cc.n.Load())
+	require.Equal(t, read, cc.n.Load())
 	e.clk.Advance(time.Nanosecond)
 	c := e.claim(r)
-	require.Equal(t, int64(4), cc.n.Load(), "an expired record is not served from the cache")
+	require.Equal(t, read+1, cc.n.Load(), "an expired record is not served from the cache")
 	require.NoError(t, c.Complete(ctx, okResult("second")))
 	require.Equal(t, "second", string(e.replay(r).Body))
 
