@@ -431,7 +431,11 @@ func missNotes() map[string]string {
 			"9-14% faster (BenchmarkReplay_FromDisk, 3 alternated rounds) and 3-13% in the suite's replay-disk rows " +
 			"of two runs back to back, for 10% more disk bytes (217 to 239 a key). In CPU a replay, in the run of " +
 			"2026-12-07 01:46 UTC: idem 10.2 us, the engine's bare read of the same records 8.2, bbolt 4.7 at one " +
-			"goroutine; the machine of the 2026-12-08 rows runs bbolt's read in about 3 us. What would close the rows: a point read " +
+			"goroutine; the machine of the 2026-12-08 rows runs bbolt's read in about 3 us. Profiled again after both changes " +
+			"(2026-12-08, 2,000,000 replays, 7.4 us of CPU a replay): Badger's Get 66% of Store.Begin (S2's decoding 25 " +
+			"points, the first touch of the block 6, the block's binary search and the level walk the rest), the record's " +
+			"decoding 10%, the replay cache's miss 11% (the first touch of the key asked for), the count 3%; the bare read " +
+			"itself is 0.56x bbolt here, so the bbolt rows need the engine's read faster, not less above it. What would close the rows: a point read " +
 			"that decodes less than a block (S2 chunks with a dictionary per table decode a third of the bytes " +
 			"and take fewer bytes on disk, but cost the durable cycle about 3% more CPU in table builds and " +
 			"compactions; results/notes/engine-runs.md), or another read structure beside the tree (an index from " +
