@@ -26,6 +26,14 @@ type levelHandler struct {
 	totalSize      int64
 	totalStaleSize int64
 
+	// For level >= 1, tableCommon is the prefix every table's biggest user
+	// key shares and tableWords[i] the next eight bytes of tables[i]'s, as
+	// a big-endian word (reindexLocked): searchTables compares them in
+	// memory instead of each table's key. They describe tables only when
+	// len(tableWords) == len(tables).
+	tableCommon []byte
+	tableWords  []uint64
+
 	// l0stall is a condition variable used to signal the (single) flush goroutine
 	// waiting in addLevel0Table that the L0 table count has dropped below the stall
 	// threshold (or that the DB is closing). It is only used for level 0 and its
@@ -81,6 +89,7 @@ func (s *levelHandler) initTables(tables []*table.Table) {
 			return y.CompareKeys(s.tables[i].Smallest(), s.tables[j].Smallest()) < 0
 		})
 	}
+	s.reindexLocked()
 }
 
 // deleteTables remove tables idx0, ..., idx1-1.
@@ -103,6 +112,7 @@ func (s *levelHandler) deleteTables(toDel []*table.Table) error {
 		s.subtractSize(t)
 	}
 	s.tables = newTables
+	s.reindexLocked()
 
 	s.Unlock() // Unlock s _before_ we DecrRef our tables, which can be slow.
 
@@ -143,6 +153,7 @@ func (s *levelHandler) replaceTables(toDel, toAdd []*table.Table) error {
 	sort.Slice(s.tables, func(i, j int) bool {
 		return y.CompareKeys(s.tables[i].Smallest(), s.tables[j].Smallest()) < 0
 	})
+	s.reindexLocked()
 	s.Unlock() // s.Unlock before we DecrRef tables -- that can be slow.
 	return decrRefs(toDel)
 }
@@ -159,6 +170,7 @@ func (s *levelHandler) addTable(t *table.Table) {
 	s.addSize(t) // Increase totalSize first.
 	t.IncrRef()
 	s.tables = append(s.tables, t)
+	s.tableWords = nil // until sortTables
 }
 
 // sortTables sorts tables of levelHandler based on table.Smallest.
@@ -170,6 +182,7 @@ func (s *levelHandler) sortTables() {
 	sort.Slice(s.tables, func(i, j int) bool {
 		return y.CompareKeys(s.tables[i].Smallest(), s.tables[j].Smallest()) < 0
 	})
+	s.reindexLocked()
 }
 
 func decrRefs(tables []*table.Table) error {
@@ -294,9 +307,7 @@ func (s *levelHandler) appendTablesForKey(dst []*table.Table, key []byte) []*tab
 		return dst
 	}
 	// For level >= 1, we can do a binary search as key range does not overlap.
-	idx := sort.Search(len(s.tables), func(i int) bool {
-		return y.CompareKeys(s.tables[i].Biggest(), key) >= 0
-	})
+	idx := s.searchTables(key)
 	if idx >= len(s.tables) {
 		// Given key is strictly > than every element we have.
 		return dst
@@ -322,9 +333,7 @@ func (s *levelHandler) mayHold(key, seek []byte, hash uint32) bool {
 		}
 		return false
 	}
-	idx := sort.Search(len(s.tables), func(i int) bool {
-		return y.CompareKeys(s.tables[i].Biggest(), seek) >= 0
-	})
+	idx := s.searchTables(seek)
 	if idx >= len(s.tables) {
 		return false
 	}

@@ -235,6 +235,7 @@ func (s *levelsController) dropTree() (int, error) {
 		l.Lock()
 		l.totalSize = 0
 		l.tables = l.tables[:0]
+		l.reindexLocked()
 		l.Unlock()
 	}
 	for _, table := range all {

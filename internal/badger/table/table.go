@@ -124,7 +124,7 @@ type Table struct {
 	// blockCommon and blockWords let searchBlocks find a key's block
 	// without reading the index at each step of its binary search: every
 	// block's first user key starts with blockCommon, and blockWords holds,
-	// per block, the next eight bytes of it (prefixWord). Set at open for
+	// per block, the next eight bytes of it (y.KeyWord). Set at open for
 	// a table whose index stays mapped (not encrypted); nil otherwise.
 	blockCommon []byte
 	blockWords  []uint64
@@ -600,25 +600,8 @@ func (t *Table) initBlockWords(index *fb.TableIndex) {
 	t.blockWords = make([]uint64, n)
 	for i := range n {
 		index.Offsets(&ko, i)
-		t.blockWords[i] = prefixWord(y.ParseKey(ko.KeyBytes())[c:])
+		t.blockWords[i] = y.KeyWord(y.ParseKey(ko.KeyBytes())[c:])
 	}
-}
-
-// prefixWord returns the first eight bytes of b as a big-endian number,
-// zero-padded. For user keys a and b with the same prefix before these
-// bytes, prefixWord(a) > prefixWord(b) implies a > b, and < implies <: the
-// first byte where the padded forms differ is a byte of a that b lacks or
-// is smaller at (a zero in b's padding means b ended, and is a prefix of
-// a). Equal words decide nothing.
-func prefixWord(b []byte) uint64 {
-	if len(b) >= 8 {
-		return binary.BigEndian.Uint64(b)
-	}
-	var w uint64
-	for i, c := range b {
-		w |= uint64(c) << (56 - 8*i)
-	}
-	return w
 }
 
 // searchBlocks returns the index of the first block whose first key is
@@ -639,23 +622,7 @@ func (t *Table) searchBlocks(key []byte) int {
 	if t.blockWords == nil {
 		return sort.Search(n, full)
 	}
-	uk := y.ParseKey(key)
-	if !bytes.HasPrefix(uk, t.blockCommon) {
-		// Every block's first user key starts with blockCommon: all are
-		// greater than a key before it, all less than a key after it.
-		if bytes.Compare(uk, t.blockCommon) < 0 {
-			return 0
-		}
-		return n
-	}
-	kw := prefixWord(uk[len(t.blockCommon):])
-	words := t.blockWords
-	return sort.Search(n, func(i int) bool {
-		if w := words[i]; w != kw {
-			return w > kw
-		}
-		return full(i)
-	})
+	return y.SearchWords(n, t.blockCommon, t.blockWords, key, full)
 }
 
 func (t *Table) offsets(ko *fb.BlockOffset, i int) bool {
