@@ -348,17 +348,22 @@ func (h *hotSet) put(scope, key string, rec hotRecord, count bool, at time.Time)
 	if !cacheable(rec) {
 		return false, false
 	}
-	// One allocation for the key, the fingerprint and the scope: the
-	// caller's strings may share memory with a large request, which the
-	// cache would otherwise keep alive.
+	id, fp := ownCopies(scope, key, rec.Fingerprint)
+	return h.insert(id, fp, rec, count, at)
+}
+
+// ownCopies returns copies of scope, key and fp made in one allocation:
+// the caller's strings may share memory with a large request, which the
+// cache would otherwise keep alive.
+func ownCopies(scope, key, fp string) (hotID, string) {
 	var b strings.Builder
-	b.Grow(len(key) + len(rec.Fingerprint) + len(scope))
+	b.Grow(len(key) + len(fp) + len(scope))
 	b.WriteString(key)
-	b.WriteString(rec.Fingerprint)
+	b.WriteString(fp)
 	b.WriteString(scope)
 	all := b.String()
-	fpEnd := len(key) + len(rec.Fingerprint)
-	return h.insert(hotID{scope: all[fpEnd:], key: all[:len(key)]}, all[len(key):fpEnd], rec, count, at)
+	fpEnd := len(key) + len(fp)
+	return hotID{scope: all[fpEnd:], key: all[:len(key)]}, all[len(key):fpEnd]
 }
 
 // putRead is put for a record the backend just returned for (scope, key)
@@ -396,12 +401,8 @@ func (h *hotSet) countOnly(scope, key string, rec hotRecord, at time.Time) (drop
 	if h.pinned.Load()+int64(sz) > h.limit/pinnedShare {
 		return true
 	}
-	var b strings.Builder
-	b.Grow(len(key) + len(scope))
-	b.WriteString(key)
-	b.WriteString(scope)
-	all := b.String()
-	e := &hotEntry{expiresAt: rec.ExpiresAt, token: rec.Token, id: hotID{scope: all[len(key):], key: all[:len(key)]},
+	id, _ := ownCopies(scope, key, "")
+	e := &hotEntry{expiresAt: rec.ExpiresAt, token: rec.Token, id: id,
 		size: sz, replays: 1, lastReplay: at.UnixNano(), pinned: true, gone: true}
 	sh := h.shard(scope, key)
 	sh.mu.Lock()
